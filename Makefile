@@ -1,0 +1,117 @@
+# The FlashAttention textbook. Two commands do everything on a fresh machine:
+#   make lab    create the environment if needed, then open JupyterLab on chapters/
+#   make test   create the environment if needed, then lint, unit tests and every notebook
+# See README.md for the rest (GPU runners, wheelhouse, benchmarks, progress).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+JOBS ?= 2
+REQS := requirements.txt
+# Lines tagged "compute" in requirements.txt come from a GPU runner's own image.
+COMPUTE := '^(torch|triton|numpy)=='
+WHEELHOUSE := .wheelhouse
+GPU_SITE := .gpu-site
+
+# A GPU runner is a machine whose $(PYTHON) already has CUDA torch and triton and sees a GPU.
+# There we use that interpreter (plus offline wheels) instead of building a CPU venv.
+GPU_PY := $(shell $(PYTHON) -c "import torch, triton, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 && echo $(PYTHON))
+
+ifeq ($(GPU_PY),)
+  PY := $(VENV)/bin/python
+  READY := $(VENV)/.ready
+else
+  PY := $(GPU_PY)
+  READY := $(GPU_SITE)/.ready
+  export PYTHONPATH := $(CURDIR)/$(GPU_SITE):$(CURDIR)
+endif
+
+# Notebooks run headless in tests: widgets draw their static figure (flashtext.widgets.base).
+TEST_ENV := FLASHTEXT_STATIC=1 MPLBACKEND=Agg PYTHONHASHSEED=0
+
+.PHONY: help env lab test test-fast lint notebooks progress bench bench-quick wheelhouse \
+        test-browser record-accuracy clean
+
+help:
+	@echo "make lab          open the book in JupyterLab (creates the environment first)"
+	@echo "make test         lint + unit tests + every notebook under nbval (+ browser test if chromium)"
+	@echo "make progress     which exercises you have done"
+	@echo "make bench        benchmark the kernel against SDPA/FlexAttention (GPU; CPU: quick check)"
+	@echo "make notebooks    re-execute every chapter in place (authors)"
+	@echo "make wheelhouse   gather wheels for an offline GPU runner (run where pip has network)"
+	@echo "make test-browser run every chapter in real JupyterLab in headless Chromium"
+
+env: $(READY)
+
+# CPU path: a venv with the pinned stack (CPU torch), flashtext editable, and the interpreter hook.
+$(VENV)/.ready: $(REQS) pyproject.toml
+	@$(PYTHON) -c "import sys; sys.exit(0 if sys.version_info >= (3, 11) else 'flashtext needs Python 3.11+, found ' + sys.version.split()[0])"
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -r $(REQS)
+	$(VENV)/bin/python -m pip install -q --no-deps -e .
+	$(VENV)/bin/python -m flashtext._install_hook
+	@touch $@
+
+# GPU path: the runner has torch/triton/numpy; add the rest from the wheelhouse, offline.
+$(GPU_SITE)/.ready: $(REQS)
+	@test -d $(WHEELHOUSE) || { echo "No $(WHEELHOUSE)/: run 'make wheelhouse' on a machine with network and copy it here."; exit 1; }
+	rm -rf $(GPU_SITE)
+	$(PY) -m pip install -q --no-index --no-deps --no-compile --target $(GPU_SITE) $(WHEELHOUSE)/*.whl
+	@touch $@
+
+lab: env
+	$(PY) -m jupyter lab --notebook-dir=chapters $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+lint: env
+	$(PY) -m ruff check flashtext solutions tests tools scripts chapters
+
+test: env lint
+	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env \
+	    tests chapters
+	@$(MAKE) --no-print-directory test-browser-if-possible
+
+test-fast: env
+	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile tests
+
+test-browser-if-possible:
+	@if command -v chromium >/dev/null 2>&1 && $(PY) -c "import playwright" 2>/dev/null; then \
+	    $(MAKE) --no-print-directory test-browser; \
+	else echo "Browser test SKIPPED: chromium or playwright not installed (see README, 'make test-browser')."; fi
+
+test-browser: env
+	$(PY) -m pytest -p no:xdist tools/browser_test.py -v
+
+notebooks: env
+	$(TEST_ENV) $(PY) tools/execute_notebooks.py $(or $(NB),chapters/*.ipynb)
+
+progress: env
+	@$(PY) -m flashtext.exercises.progress
+
+bench: env
+	$(PY) -m flashtext.bench $(BENCH_ARGS)
+
+bench-quick: env
+	$(PY) -m flashtext.bench --quick
+
+record-accuracy: env
+	$(PY) scripts/record_accuracy.py
+
+# Wheels an offline GPU runner lacks (Python 3.12, manylinux x86_64): everything in
+# requirements.txt except the compute stack the runner brings, with their dependencies.
+wheelhouse:
+	rm -rf $(WHEELHOUSE) && mkdir -p $(WHEELHOUSE)
+	grep -vE $(COMPUTE) $(REQS) | grep -vE '^(jupyterlab)==' | sed 's/#.*//' | grep . > $(WHEELHOUSE)/requirements.txt
+	$(PYTHON) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	    --platform manylinux2014_x86_64 --platform any \
+	    -d $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
+	# never shadow the runner's own compute stack
+	rm -f $(WHEELHOUSE)/torch-*.whl $(WHEELHOUSE)/triton-*.whl $(WHEELHOUSE)/numpy-*.whl $(WHEELHOUSE)/nvidia_*.whl
+	@du -sh $(WHEELHOUSE)
+
+clean:
+	rm -rf $(VENV) $(GPU_SITE) .pytest_cache .ruff_cache artifacts

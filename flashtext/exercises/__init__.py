@@ -1,0 +1,16 @@
+"""Exercises: ``check(id, fn)`` in a notebook, ``hints(id)`` when stuck, ``make progress``."""
+
+from flashtext.exercises.core import (
+    REGISTRY,
+    Exercise,
+    ExerciseFailed,
+    Outcome,
+    check,
+    exercise,
+    hints,
+    load_all,
+    verify,
+)
+
+__all__ = ["REGISTRY", "Exercise", "ExerciseFailed", "Outcome", "check", "exercise", "hints",
+           "load_all", "verify"]

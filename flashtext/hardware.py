@@ -1,0 +1,63 @@
+"""The GPUs the book talks about, with the numbers from the papers and vendor sheets.
+
+Sources: FA1 Fig. 1 (A100 hierarchy), FA2 (A100 matmul vs non-matmul throughput), FA3 (H100 SXM5),
+and our own H200 measurements (2026-11-29). Bandwidths in bytes/s, throughputs in FLOP/s,
+sizes in bytes. ``measured_*`` fields are what we measured, vendor numbers are peaks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KB, MB, GB = 1024, 1024**2, 1e9
+TB = 1e12
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    sms: int
+    hbm_bytes: float
+    hbm_bandwidth: float  # vendor peak, B/s
+    smem_per_sm: int  # shared memory / L1 usable per SM, bytes
+    smem_bandwidth: float  # aggregate on-chip SRAM bandwidth, B/s
+    l2_bytes: float
+    l2_bandwidth: float | None
+    registers_per_sm: int  # bytes
+    matmul_flops: float  # dense fp16/bf16 tensor-core peak, FLOP/s
+    fp32_flops: float  # non-tensor-core fp32 peak, FLOP/s
+    exp_flops: float | None  # special-function unit (MUFU) exponentials per second
+    host_bandwidth: float  # CPU <-> GPU link, B/s
+    measured_copy_bandwidth: float | None = None  # device-to-device copy, read+write, B/s
+    measured_matmul_flops: tuple[float, float] | None = None  # (low, high) bf16 8192^3
+
+    @property
+    def sram_total(self) -> float:
+        return self.smem_per_sm * self.sms
+
+    def ridge_point(self) -> float:
+        """FLOPs per byte above which a kernel is compute-bound (peak FLOP/s / bandwidth)."""
+        return self.matmul_flops / self.hbm_bandwidth
+
+
+A100 = GPU(
+    name="A100 40GB SXM4", sms=108, hbm_bytes=40 * GB, hbm_bandwidth=1.5 * TB,
+    smem_per_sm=192 * KB, smem_bandwidth=19 * TB, l2_bytes=40 * MB, l2_bandwidth=None,
+    registers_per_sm=256 * KB, matmul_flops=312 * TB, fp32_flops=19.5 * TB, exp_flops=None,
+    host_bandwidth=12.8 * GB,
+)
+H100 = GPU(
+    name="H100 SXM5", sms=132, hbm_bytes=80 * GB, hbm_bandwidth=3.35 * TB,
+    smem_per_sm=228 * KB, smem_bandwidth=31 * TB, l2_bytes=50 * MB, l2_bandwidth=12 * TB,
+    registers_per_sm=256 * KB, matmul_flops=989 * TB, fp32_flops=67 * TB, exp_flops=3.9 * TB,
+    host_bandwidth=64 * GB,
+)
+H200 = GPU(
+    name="H200 SXM", sms=132, hbm_bytes=141 * GB, hbm_bandwidth=4.8 * TB,
+    smem_per_sm=228 * KB, smem_bandwidth=31 * TB, l2_bytes=60 * MB, l2_bandwidth=12 * TB,
+    registers_per_sm=256 * KB, matmul_flops=989 * TB, fp32_flops=67 * TB, exp_flops=3.9 * TB,
+    host_bandwidth=64 * GB, measured_copy_bandwidth=4.25 * TB,
+    measured_matmul_flops=(690 * TB, 790 * TB),
+)
+
+GPUS: dict[str, GPU] = {"A100": A100, "H100": H100, "H200": H200}

@@ -1,0 +1,53 @@
+"""When to show a live ipywidget, and when a static figure.
+
+A live widget needs a frontend (JupyterLab) to render; nbval and ``jupyter nbconvert`` have none,
+and would store a useless "VBox(...)" text. ``make test`` and ``make notebooks`` set
+``FLASHTEXT_STATIC=1``; then :func:`show` draws the widget's static figure instead (the same
+figure its first frame shows). In JupyterLab (``make lab``) the live widget appears.
+
+A widget in this book is an object with two methods:
+
+* ``widget()`` -> an ipywidgets container, live;
+* ``figure()`` -> a matplotlib Figure of its current state, static.
+
+Both are driven by the same state, so unit tests can set a value and check what changes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+
+class BookWidget(Protocol):
+    def widget(self): ...
+
+    def figure(self): ...
+
+
+def interactive() -> bool:
+    """True when a live widget can be shown (not under FLASHTEXT_STATIC=1, ipywidgets present)."""
+    if os.environ.get("FLASHTEXT_STATIC", "0") == "1":
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def show(book_widget: BookWidget) -> None:
+    """Display the live widget, or its static figure when there is no frontend."""
+    from IPython.display import display
+
+    if interactive():
+        display(book_widget.widget())
+        return
+    import matplotlib.pyplot as plt
+
+    fig = book_widget.figure()
+    display(fig)
+    plt.close(fig)
+    print("(static figure: open this chapter in JupyterLab, `make lab`, to interact)")
