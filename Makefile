@@ -104,7 +104,7 @@ record-accuracy: env
 # requirements.txt except the compute stack the runner brings, with their dependencies.
 wheelhouse:
 	rm -rf $(WHEELHOUSE) && mkdir -p $(WHEELHOUSE)
-	grep -vE $(COMPUTE) $(REQS) | grep -vE '^(jupyterlab)==' | sed 's/#.*//' | grep . > $(WHEELHOUSE)/requirements.txt
+	grep -vE $(COMPUTE) $(REQS) | grep -vE '^(jupyterlab|playwright)==' | sed 's/#.*//' | grep . > $(WHEELHOUSE)/requirements.txt
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
 	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 	    --platform manylinux2014_x86_64 --platform any \
