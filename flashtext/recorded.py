@@ -46,7 +46,7 @@ def show_banner(data: dict[str, Any], live: bool = False) -> None:
     if live:
         return
     banner(provenance(data) + "\nThis machine has no CUDA GPU: these are stored numbers, "
-           "not a live measurement.\nOn a GPU this cell measures your own card instead.")
+           "not a live measurement.")
 
 
 def save(name: str, payload: dict[str, Any]) -> Path:

@@ -110,8 +110,11 @@ def verify(exercise_id: str, fn: Callable[..., Any]) -> Outcome:
     return Outcome(exercise_id, "passed", "all cases agree with the reference")
 
 
-def check(exercise_id: str, fn: Callable[..., Any]) -> Outcome:
-    """Notebook entry point: verify, print the verdict, record progress, raise if wrong."""
+def check(exercise_id: str, fn: Callable[..., Any]) -> None:
+    """Notebook entry point: verify, print the verdict, record progress, raise if wrong.
+
+    Returns nothing, so a notebook cell shows only the verdict; tests use :func:`verify`.
+    """
     from flashtext.exercises import progress
 
     ex = get(exercise_id)
@@ -125,7 +128,6 @@ def check(exercise_id: str, fn: Callable[..., Any]) -> Outcome:
     else:
         raise ExerciseFailed(f"{ex.title} ({exercise_id}): {outcome.message}\n"
                              f"Stuck? hints('{exercise_id}') shows a hint.")
-    return outcome
 
 
 def hints(exercise_id: str, upto: int | None = None) -> list[str]:

@@ -1,0 +1,76 @@
+"""Chapter 0's Play widget: how big is the score matrix next to Q, K, V and O?"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flashtext.hardware import H200
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+@dataclass
+class TensorSizes:
+    """Bytes of Q, K, V, O (each batch*heads*N*d) and of S (batch*heads*N*N) for one layer."""
+
+    n: int = 4096
+    d: int = 128
+    batch: int = 1
+    heads: int = 32
+    dtype: str = "fp16"
+
+    def sizes(self) -> dict[str, int]:
+        b = DTYPE_BYTES[self.dtype]
+        qkvo = self.batch * self.heads * self.n * self.d * b
+        return {"Q": qkvo, "K": qkvo, "V": qkvo, "O": qkvo,
+                "S (N x N)": self.batch * self.heads * self.n * self.n * b}
+
+    def caption(self) -> str:
+        s = self.sizes()
+        ratio = s["S (N x N)"] / (s["Q"] * 4)
+        fits = "fits in" if s["S (N x N)"] <= H200.hbm_bytes else "does NOT fit in"
+        return (f"N={self.n}, d={self.d}, batch={self.batch}, heads={self.heads}, {self.dtype}: "
+                f"S is {s['S (N x N)'] / 1e9:.3g} GB, {ratio:.3g}x Q+K+V+O, and {fits} "
+                f"an H200's {H200.hbm_bytes / 1e9:.0f} GB")
+
+    def figure(self):
+        import matplotlib.pyplot as plt
+
+        s = self.sizes()
+        fig, ax = plt.subplots(figsize=(7, 3))
+        names = list(s)
+        ax.barh(names, [v / 1e9 for v in s.values()],
+                color=["#4c72b0"] * 4 + ["#c44e52"])
+        ax.axvline(H200.hbm_bytes / 1e9, color="k", ls="--", lw=1)
+        ax.text(H200.hbm_bytes / 1e9, -0.6, " H200 HBM", va="bottom", fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("GB (log scale)")
+        ax.set_title(self.caption(), fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    def widget(self):
+        import ipywidgets as w
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+
+        out = w.Output()
+        n = w.IntSlider(value=self.n, min=256, max=131072, step=256, description="N")
+        d = w.Dropdown(options=[64, 128, 256], value=self.d, description="d")
+        heads = w.IntSlider(value=self.heads, min=1, max=128, description="heads")
+        dtype = w.Dropdown(options=list(DTYPE_BYTES), value=self.dtype, description="dtype")
+
+        def redraw(_=None):
+            self.n, self.d, self.heads, self.dtype = n.value, d.value, heads.value, dtype.value
+            with out:
+                out.clear_output(wait=True)
+                fig = self.figure()
+                display(fig)
+                plt.close(fig)
+
+        for control in (n, d, heads, dtype):
+            control.observe(redraw, names="value")
+        redraw()
+        box = w.VBox([w.HBox([n, d]), w.HBox([heads, dtype]), out])
+        box.add_class("ft-tensor-sizes")
+        return box

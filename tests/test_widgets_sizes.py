@@ -1,0 +1,24 @@
+from flashtext.widgets.sizes import TensorSizes
+
+
+def test_sizes_scale_as_expected():
+    t = TensorSizes(n=1024, d=64, batch=64, heads=16, dtype="fp16")
+    s = t.sizes()
+    assert s["S (N x N)"] == 2**31  # GPT-2 medium (FA1 Fig. 2): 2 GiB of scores per layer
+    assert s["Q"] == 64 * 16 * 1024 * 64 * 2
+    t.n *= 2
+    assert t.sizes()["S (N x N)"] == 4 * s["S (N x N)"]  # quadratic
+    assert t.sizes()["Q"] == 2 * s["Q"]  # linear
+
+
+def test_caption_says_when_scores_outgrow_the_gpu():
+    assert "fits in" in TensorSizes(n=4096).caption()
+    assert "does NOT fit in" in TensorSizes(n=65536, heads=32).caption()
+
+
+def test_widget_controls_drive_the_state():
+    t = TensorSizes()
+    box = t.widget()
+    n_slider = box.children[0].children[0]
+    n_slider.value = 8192
+    assert t.n == 8192 and "N=8192" in t.caption()
