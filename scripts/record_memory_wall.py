@@ -1,0 +1,96 @@
+"""Measure chapter 1's memory wall on a CUDA GPU and store it for readers without one.
+
+    python scripts/record_memory_wall.py          # on an H200: flashtext/data/h200_memory_wall.json
+    python scripts/record_memory_wall.py --quick  # a smoke test: fewer sizes, not saved
+
+What it records (functions in :mod:`flashtext.roofline`; times are medians of triton's do_bench):
+
+* ``device``: what the driver reports (SMs, L2 size, shared memory and registers per SM, ...).
+* ``copy``: device-to-device copy bandwidth (read + write) for 64 MiB to 4 GiB buffers.
+* ``read_sweep``: read-only bandwidth against buffer size, 1 MiB to 4 GiB (a Triton kernel with
+  L2-only loads cycling over the buffer): the step from L2 to HBM.
+* ``matmul``: square bf16 matmuls n = 256 ... 8192 (TFLOP/s rises with intensity ~n/3), plus
+  fp16, TF32 and true-fp32 (no tensor cores) at 8192.
+* ``exp``: an elementwise bf16 exp over 2^28 elements (intensity 0.25 FLOP/byte).
+* ``attention``: naive fp16 attention split into its three kernels, and SDPA's FLASH_ATTENTION,
+  16 heads, d in {64, 128}, N = 512 ... 8192 with batch * N = 65536 (N = 1024, d = 64 is
+  FlashAttention-1's Figure 2 setting: GPT-2 medium, batch 64).
+
+Runs about a minute on an H200. Without CUDA it stops with a message: nothing is invented.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MiB = 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few sizes, print, do not save")
+    parser.add_argument("--name", default=None, help="output name (default: <gpu>_memory_wall)")
+    args = parser.parse_args()
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("record_memory_wall.py measures a CUDA GPU and this machine has none. "
+                         "Chapter 1 shows the recorded H200 results instead.")
+    from flashtext import recorded, roofline
+
+    start = time.perf_counter()
+    quick = args.quick
+    payload: dict = {"device": roofline.device_properties()}
+    print("device:", payload["device"], flush=True)
+
+    payload["copy"] = roofline.measure_copy_bandwidth(
+        (64 * MiB,) if quick else (64 * MiB, 256 * MiB, 1024 * MiB, 4096 * MiB))
+    print("copy:", [f"{r['bandwidth'] / 1e12:.2f} TB/s" for r in payload["copy"]], flush=True)
+
+    sweep = (1, 4, 16) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 1024, 4096)
+    payload["read_sweep"] = roofline.measure_read_bandwidth(tuple(s * MiB for s in sweep),
+                                                            total_bytes=2**31 if quick else 2**33)
+    print("read:", [(r["bytes"] // MiB, round(r["bandwidth"] / 1e12, 2))
+                    for r in payload["read_sweep"]], flush=True)
+
+    sizes = (1024, 4096) if quick else (256, 512, 1024, 2048, 4096, 8192)
+    payload["matmul"] = roofline.measure_matmul(sizes, "bfloat16")
+    if not quick:
+        payload["matmul"] += roofline.measure_matmul((8192,), "float16")
+        payload["matmul"] += roofline.measure_matmul((8192,), "float32", tf32=True)
+        payload["matmul"] += roofline.measure_matmul((8192,), "float32", tf32=False)
+    print("matmul:", [(r["n"], r["dtype"], r["tf32"], round(r["flops"] / 1e12, 1))
+                      for r in payload["matmul"]], flush=True)
+
+    payload["exp"] = roofline.measure_exp(2**24 if quick else 2**28)
+    print("exp:", payload["exp"], flush=True)
+
+    configs = [(64, 1024)] if quick else [(d, n) for d in (64, 128)
+                                          for n in (512, 1024, 2048, 4096, 8192)]
+    payload["attention"] = []
+    for d, n in configs:
+        row = roofline.measure_naive_attention(65536 // n, 16, n, d)
+        payload["attention"].append(row)
+        torch.cuda.empty_cache()
+        print("attention:", row, flush=True)
+
+    payload["seconds"] = round(time.perf_counter() - start, 1)
+    print(f"done in {payload['seconds']} s")
+    if quick:
+        return
+    name = args.name or re.sub(r"[^a-z0-9]+", "_",
+                               torch.cuda.get_device_name(0).lower().replace("nvidia", "")
+                               ).strip("_").split("_")[0] + "_memory_wall"
+    print("wrote", recorded.save(name, payload))
+
+
+if __name__ == "__main__":
+    main()
