@@ -1,0 +1,501 @@
+"""The book as a reader sees it: every chapter run in real JupyterLab, in headless Chromium.
+
+nbval runs each chapter's kernel but never renders a widget; this test does what a reader does.
+It starts JupyterLab from this environment (``sys.executable -m jupyter lab``) on 127.0.0.1, on a
+free port, with a random token and *live* widgets (``FLASHTEXT_STATIC`` unset), serving a copy of
+``chapters/`` in a temporary directory (so running cells never touches the committed notebooks,
+and exercise progress goes to a temporary ``FLASHTEXT_PROGRESS_FILE``). For every chapter it
+opens the notebook, waits for an idle kernel, clicks Run > Run All Cells, waits for the kernel
+to finish (bounded), and asserts that
+
+* every code cell ran and none shows an error output;
+* every widget output is rendered (no "Loading widget...", "Error displaying widget" or
+  "model not found" fallback), and every cell that stores a static figure in the committed
+  notebook (the ``FLASHTEXT_STATIC=1`` stand-in for a widget) shows a live widget instead;
+* the browser asked for nothing outside 127.0.0.1 (other hosts are also unresolvable for it).
+
+Then it plays with the widgets of the chapters listed in ``INTERACTIONS`` the way a reader would
+(clicks, slider readouts) and checks that what they show changes as the text says. A screenshot
+per chapter (and per checked widget) goes to ``artifacts/browser/`` (ignored by git). The server
+it started is stopped by its PID, kernels included, also when a test fails.
+
+Run with ``make test-browser`` (needs Debian's ``chromium`` and the ``playwright`` package;
+``tools/ci_setup.sh`` installs chromium). Knobs: ``FLASHTEXT_BROWSER_NB_TIMEOUT`` (seconds one
+chapter may take to run, default 240), ``FLASHTEXT_CHROMIUM`` (browser binary),
+``FLASHTEXT_BROWSER_CHAPTERS`` (comma-separated name prefixes to run, e.g. ``00,02``),
+``FLASHTEXT_BROWSER_CHAPTERS_DIR`` (another folder of chapters, to try the harness itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = Path(os.environ.get("FLASHTEXT_BROWSER_CHAPTERS_DIR") or ROOT / "chapters")
+ARTIFACTS = ROOT / "artifacts" / "browser"
+CHROMIUM = os.environ.get("FLASHTEXT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+NB_TIMEOUT_S = float(os.environ.get("FLASHTEXT_BROWSER_NB_TIMEOUT", "240"))
+SERVER_START_S = 60.0  # a cold JupyterLab start on the 2-core CI machine takes ~2-5 s
+KERNEL_IDLE_S = 90.0  # kernel start, before Run All
+WIDGETS_SETTLE_S = 30.0  # after the kernel is idle, widget views still render asynchronously
+STEP_MS = 15_000  # any single click/wait inside a widget interaction
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+    "--disable-dev-shm-usage",
+    # nothing but the local server resolves: the book must work offline
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+]
+STATIC_MARKER = "(static figure: open this chapter in JupyterLab"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+FALLBACKS = ("Loading widget...", "Error displaying widget")
+
+
+def _chapters() -> list[Path]:
+    found = sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
+    only = [p.strip() for p in os.environ.get("FLASHTEXT_BROWSER_CHAPTERS", "").split(",")
+            if p.strip()]
+    return [p for p in found if not only or any(p.name.startswith(o) for o in only)]
+
+
+# ----------------------------------------------------------------------------- the server
+
+@dataclass
+class Lab:
+    base: str
+    token: str
+    root: Path
+    log: Path
+    proc: subprocess.Popen
+
+    def url(self, path: str) -> str:
+        sep = "&" if "?" in path else "?"
+        return f"{self.base}{path}{sep}token={self.token}"
+
+    def api(self, path: str, method: str = "GET") -> object:
+        req = urllib.request.Request(self.url(path), method=method)
+        with urllib.request.urlopen(req, timeout=10) as r:
+            body = r.read()
+        return json.loads(body) if body else None
+
+    def log_tail(self, n: int = 40) -> str:
+        lines = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _write_settings(settings: Path) -> None:
+    """User settings a reader could set too: no news/update checks (no network), all cells in
+    the DOM (so every output can be inspected), no toast notifications over the widgets."""
+    files = {
+        "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+        "@jupyterlab/apputils-extension/notification": {
+            "fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True},
+    }
+    for name, value in files.items():
+        path = settings / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value))
+
+
+def _children(pid: int) -> list[int]:
+    """PIDs whose parent is ``pid`` (kernels run in their own session, so a process-group kill
+    of the server does not reach them)."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                kids.append(int(stat.parent.name))
+    return kids
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the server we started, and the kernels it started, by PID; TERM then KILL."""
+    kernels = _children(proc.pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)  # the server leads its own process group
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    for pid in kernels:  # normally already shut down by the server on SIGTERM
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[Lab]:
+    tmp = Path(tempfile.mkdtemp(prefix="flashtext-browser-"))
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)  # this run's screenshots only
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    root = tmp / "chapters"
+    shutil.copytree(CHAPTERS, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    _write_settings(tmp / "lab-settings")
+    env = dict(os.environ)
+    for var in ("FLASHTEXT_STATIC", "MPLBACKEND"):  # live widgets, inline figures: a reader's lab
+        env.pop(var, None)
+    env.update(
+        FLASHTEXT_PROGRESS_FILE=str(tmp / "progress.json"),
+        JUPYTERLAB_SETTINGS_DIR=str(tmp / "lab-settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp / "lab-workspaces"),
+        JUPYTER_CONFIG_DIR=str(tmp / "jupyter-config"),
+        JUPYTER_RUNTIME_DIR=str(tmp / "jupyter-runtime"),
+        IPYTHONDIR=str(tmp / "ipython"),
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
+    )
+    token = secrets.token_hex(24)
+    port = _free_port()
+    log = tmp / "jupyterlab.log"
+    cmd = [
+        sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",
+        f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
+        "--LabApp.extension_manager=readonly", "--LabApp.expose_app_in_browser=True",
+    ]
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    with open(log, "w") as logf:
+        proc = subprocess.Popen(cmd, env=env, cwd=tmp, stdout=logf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    server = Lab(f"http://127.0.0.1:{port}", token, root, log, proc)
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"jupyter lab exited with {proc.returncode}:\n{server.log_tail()}")
+            with contextlib.suppress(OSError):
+                server.api("/api/status")
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"jupyter lab did not answer within {SERVER_START_S:.0f} s:\n"
+                            f"{server.log_tail()}")
+            time.sleep(0.25)
+        yield server
+    finally:
+        _stop(proc)
+        # keep the server log next to the screenshots; it is what explains a failure
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            shutil.copy(log, ARTIFACTS / "jupyterlab.log")
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the playwright package is missing: `make env` installs it (requirements.txt)")
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no chromium at {CHROMIUM}: install Debian's chromium (tools/ci_setup.sh) "
+                    "or set FLASHTEXT_CHROMIUM")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+# ----------------------------------------------------------------------------- one chapter
+
+# Everything the page knows about the notebook, read from JupyterLab's own models (what the
+# kernel sent) and from the DOM (what the reader sees). Observation only: actions are clicks.
+STATE_JS = """
+(path) => {
+  const app = window.jupyterapp;
+  if (!app) return null;
+  let panel = null;
+  for (const w of app.shell.widgets('main')) {
+    if (w.context && w.context.path === path) { panel = w; }
+  }
+  if (!panel || !panel.content || !panel.content.model) return null;
+  const cells = panel.content.widgets.map((cell, i) => {
+    const m = cell.model;
+    if (m.type !== 'code') return {i, type: m.type};
+    const prompt = cell.node.querySelector('.jp-InputPrompt');
+    const children = cell.outputArea ? [...cell.outputArea.node.children] : [];
+    return {
+      i, type: 'code', count: m.executionCount,
+      running: !!(prompt && prompt.textContent.includes('*')),
+      source: m.sharedModel.getSource(),
+      outputs: m.outputs.toJSON().map(o => ({
+        type: o.output_type, ename: o.ename || null, evalue: o.evalue || null,
+        widget: !!(o.data && o.data['%(mime)s']),
+        text: [].concat(o.text || (o.data && o.data['text/plain']) || []).join('').slice(0, 400),
+      })),
+      views: children.map(ch => {
+        const out = ch.querySelector(':scope > .jp-OutputArea-output') || ch;
+        return {
+          widget: !!out.querySelector('.jupyter-widgets:not(.jp-OutputArea-output)'),
+          hidden: out.classList.contains('lm-mod-hidden') || ch.classList.contains('lm-mod-hidden'),
+          text: out.textContent.slice(0, 200),
+        };
+      }),
+    };
+  });
+  const fallbacks = [...panel.node.querySelectorAll('.jp-OutputArea-output')]
+    .map(n => n.textContent.trim())
+    .filter(t => t.startsWith('Loading widget') || t.startsWith('Error displaying widget'))
+    .map(t => t.slice(0, 200));
+  const status = panel.node.closest('body').querySelector('.jp-Notebook-ExecutionIndicator');
+  return {cells, fallbacks, indicator: status ? status.dataset.status : null};
+}
+""".replace("%(mime)s", WIDGET_MIME)
+
+
+def _kernel_state(lab: Lab, path: str) -> str | None:
+    for s in lab.api("/api/sessions"):
+        if s.get("path") == path and s.get("kernel"):
+            return s["kernel"].get("execution_state")
+    return None
+
+
+def _shutdown_sessions(lab: Lab, path: str) -> None:
+    with contextlib.suppress(OSError):
+        for s in lab.api("/api/sessions"):
+            if s.get("path") == path:
+                lab.api(f"/api/sessions/{s['id']}", method="DELETE")
+
+
+def _wait(what: str, predicate: Callable[[], object], timeout_s: float,
+          interval_s: float = 0.5) -> object:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = predicate()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def _static_cells(nb_path: Path) -> set[int]:
+    """Cells whose committed output is a widget's static stand-in: live, they must be widgets."""
+    nb = nbformat.read(nb_path, as_version=4)
+    found = set()
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if STATIC_MARKER in str(out.get("text", "")) + str(out.get("data", {})):
+                found.add(i)
+    return found
+
+
+def _first_line(src: str) -> str:
+    lines = [ln for ln in src.splitlines() if ln.strip() and not ln.startswith("#")]
+    return (lines[0] if lines else src.strip())[:90]
+
+
+def _problems(state: dict, static_cells: set[int]) -> list[str]:
+    found = []
+    code = [c for c in state["cells"] if c["type"] == "code"]
+    for c in code:
+        where = f"cell {c['i']} ({_first_line(c['source'])!r})"
+        for o in c["outputs"]:
+            if o["type"] == "error":
+                found.append(f"{where} raised {o['ename']}: {o['evalue']}")
+            if STATIC_MARKER in o["text"]:
+                found.append(f"{where} drew its static figure, not a live widget "
+                             "(FLASHTEXT_STATIC leaked into the kernel, or no widget frontend?)")
+        for j, o in enumerate(c["outputs"]):
+            if not o["widget"]:
+                continue
+            view = c["views"][j] if j < len(c["views"]) else None
+            if view is None or not (view["widget"] or view["hidden"]):
+                shown = view["text"] if view else "<no output node>"
+                found.append(f"{where}: widget output {j} is not rendered (shows {shown!r})")
+        if c["i"] in static_cells and not any(o["widget"] for o in c["outputs"]):
+            found.append(f"{where} shows a widget in the committed notebook (static stand-in) "
+                         "but created no live widget here")
+    never = [c["i"] for c in code if c["source"].strip() and c["count"] is None]
+    if never:
+        found.append(f"cells {never} never ran (Run All stops at the first error)")
+    found += [f"widget fallback on the page: {t!r}" for t in state["fallbacks"]]
+    return found
+
+
+def _run_all(page: object) -> None:
+    """Run > Run All Cells, from the menu bar, as a reader does."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-item:visible .lm-Menu-itemLabel",
+                 has_text=re.compile(r"^Run All Cells$")).click()
+
+
+def _scroll_to(page: object, selector: str) -> None:
+    with contextlib.suppress(Exception):
+        page.locator(selector).first.scroll_into_view_if_needed(timeout=STEP_MS)
+
+
+def _open_and_run(page: object, lab: Lab, name: str, settle_s: float = WIDGETS_SETTLE_S
+                  ) -> tuple[dict, float]:
+    """Open ``name`` in its own fresh workspace, Run All, wait for the kernel and the widgets."""
+    t0 = time.monotonic()
+    # a workspace of its own, reset: no other notebook is restored (and started) with it
+    page.goto(lab.url(f"/lab/workspaces/ft-{Path(name).stem}/tree/{name}?reset"), timeout=60_000)
+    _wait(f"{name} to open", lambda: page.evaluate(STATE_JS, name) is not None, KERNEL_IDLE_S)
+    _wait("an idle kernel", lambda: _kernel_state(lab, name) == "idle", KERNEL_IDLE_S)
+    _run_all(page)
+    first_code = next(c["i"] for c in page.evaluate(STATE_JS, name)["cells"]
+                      if c["type"] == "code")
+
+    def finished() -> dict | None:
+        st = page.evaluate(STATE_JS, name)
+        if next(c for c in st["cells"] if c["i"] == first_code)["count"] is None:
+            return None  # Run All has not reached the kernel yet
+        if any(c.get("running") for c in st["cells"]):
+            return None  # a cell is running or queued ([*])
+        return st if _kernel_state(lab, name) == "idle" else None
+
+    try:
+        _wait(f"{name} to finish running", finished, NB_TIMEOUT_S)
+    except TimeoutError as e:
+        running = [c["i"] for c in page.evaluate(STATE_JS, name)["cells"] if c.get("running")]
+        raise AssertionError(f"{e}; cells still running or queued: {running}") from None
+    ran_s = time.monotonic() - t0
+    with contextlib.suppress(TimeoutError):  # widget views render after the kernel is idle
+        _wait("widgets to render", lambda: not page.evaluate(STATE_JS, name)["fallbacks"],
+              settle_s)
+    return page.evaluate(STATE_JS, name), ran_s
+
+
+@contextlib.contextmanager
+def _page(browser: object, lab: Lab, name: str, stem: str) -> Iterator[object]:
+    """A fresh browser context for one notebook; on failure a screenshot and the logs; always
+    the notebook's kernel shut down (one kernel at a time on a 2-core machine)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(STEP_MS)
+    page = context.new_page()
+    page.remote_requests = []
+    console_errors: list[str] = []
+
+    def on_request(req: object) -> None:
+        host = urllib.parse.urlsplit(req.url).hostname
+        if req.url.split(":", 1)[0] in ("http", "https", "ws", "wss") and host != "127.0.0.1":
+            page.remote_requests.append(req.url)
+
+    page.on("request", on_request)
+    page.on("console", lambda m: console_errors.append(m.text[:300]) if m.type == "error"
+            else None)
+    try:
+        yield page
+    except BaseException:
+        with contextlib.suppress(Exception):
+            page.screenshot(path=str(ARTIFACTS / f"{stem}-failure.png"))
+        if console_errors:
+            print(f"browser console errors ({len(console_errors)}):\n  "
+                  + "\n  ".join(console_errors[:10]))
+        print(f"server log (last lines):\n{lab.log_tail(20)}")
+        raise
+    finally:
+        _shutdown_sessions(lab, name)
+        context.close()
+
+
+@pytest.mark.parametrize("nb_path", _chapters(), ids=lambda p: p.stem)
+def test_chapter_in_jupyterlab(nb_path: Path, lab: Lab, browser: object) -> None:
+    name, stem = nb_path.name, nb_path.stem
+    with _page(browser, lab, name, stem) as page:
+        state, ran_s = _open_and_run(page, lab, name)
+        problems = _problems(state, _static_cells(nb_path))
+        first_bad = next((p for p in problems if p.startswith("cell ")), None)
+        if first_bad:  # let the screenshot show the first broken cell
+            _scroll_to(page, f".jp-Notebook-cell >> nth={int(first_bad.split()[1])}")
+        page.screenshot(path=str(ARTIFACTS / f"{stem}.png"))
+        n_widgets = sum(o["widget"] for c in state["cells"] if c["type"] == "code"
+                        for o in c["outputs"])
+        print(f"{name}: ran in {ran_s:.1f} s, {n_widgets} widget output(s) rendered")
+        assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+        for prefix, interact in INTERACTIONS.items():
+            if name.startswith(prefix):
+                interact(page, stem)
+        assert not page.remote_requests, (
+            f"{name}: the browser asked for hosts other than 127.0.0.1: {page.remote_requests}")
+
+
+def test_harness_sees_failures(lab: Lab, browser: object) -> None:
+    """The checks above can fail: a scratch notebook (in the server's temporary root, never in
+    chapters/) with one good widget, an unrenderable widget view, a static stand-in, an error
+    and a cell after it. Each must be reported, and the good widget must not be."""
+    name = "zz_harness_selftest.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                  "language": "python"}}
+    bogus = {WIDGET_MIME: {"model_id": "no-such-model", "version_major": 2, "version_minor": 0}}
+    nb.cells = [
+        nbformat.v4.new_code_cell("import ipywidgets as w\nw.IntSlider(description='ok')"),
+        nbformat.v4.new_code_cell(f"from IPython.display import display\n"
+                                  f"display({bogus!r}, raw=True)"),
+        nbformat.v4.new_code_cell(f"print({STATIC_MARKER + ' ...)'!r})"),
+        nbformat.v4.new_code_cell("1 / 0"),
+        nbformat.v4.new_code_cell("print('after the error')"),
+    ]
+    nbformat.write(nb, lab.root / name)
+    with _page(browser, lab, name, "zz_harness_selftest") as page:
+        state, _ = _open_and_run(page, lab, name, settle_s=3.0)
+        problems = _problems(state, static_cells={2})
+    text = "\n".join(problems)
+    assert not any(p.startswith("cell 0 ") for p in problems), text
+    assert "cell 1 " in text and "widget output 0 is not rendered" in text, text
+    assert "cell 2 " in text and "static figure" in text and "no live widget" in text, text
+    assert "cell 3 " in text and "ZeroDivisionError" in text, text
+    assert "never ran" in text and "[4]" in text, text
+    assert "widget fallback on the page" in text, text
+
+
+# ----------------------------------------------------------------------------- interactions
+# Widgets are found by the CSS classes (``ft-...``) and ``description``s their modules give them.
+
+def _readout_set(page: object, slider: object, value: int) -> None:
+    """Type a value into an ipywidgets slider's readout (click, select all, type, Enter)."""
+    readout = slider.locator(".widget-readout")
+    readout.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type(str(value))
+    page.keyboard.press("Enter")
+
+
+def _interact_ch00(page: object, stem: str) -> None:
+    """Chapter 0, tensor sizes: a larger N redraws the figure (its caption is in the image)."""
+    box = page.locator(".ft-tensor-sizes").first
+    box.scroll_into_view_if_needed()
+    img = box.locator(".widget-output img").first
+    before = img.get_attribute("src")
+    n = box.locator(".widget-slider", has=page.locator("label", has_text=re.compile(r"^N$")))
+    _readout_set(page, n.first, 65536)
+    _wait("the tensor-size figure to redraw",
+          lambda: img.get_attribute("src") not in (None, before), STEP_MS / 1000, 0.2)
+    box.screenshot(path=str(ARTIFACTS / f"{stem}-tensor-sizes.png"))
+
+
+INTERACTIONS: dict[str, Callable[[object, str], None]] = {
+    "00_": _interact_ch00,
+}
