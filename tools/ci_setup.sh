@@ -29,16 +29,17 @@ if [ "$(id -u)" != 0 ]; then
     fi
 fi
 
+LOG=$(mktemp -t ci_setup_apt.XXXXXX.log)
 echo "ci_setup: installing Debian's chromium for the browser test (about a minute)..."
 export DEBIAN_FRONTEND=noninteractive
 # Bounded: a hanging mirror must not hold CI forever.
-if timeout 300 $SUDO apt-get update -q >/tmp/ci_setup_apt.log 2>&1 \
+if timeout 300 $SUDO apt-get update -q >"$LOG" 2>&1 \
    && timeout 600 $SUDO apt-get install -y -q --no-install-recommends chromium \
-        >>/tmp/ci_setup_apt.log 2>&1; then
+        >>"$LOG" 2>&1; then
     echo "ci_setup: installed $(chromium --version 2>/dev/null | head -n1)"
 else
     echo "ci_setup: WARNING: could not install chromium (apt unreachable?); last lines of the log:"
-    tail -n 5 /tmp/ci_setup_apt.log | sed 's/^/ci_setup:   /'
+    tail -n 5 "$LOG" | sed 's/^/ci_setup:   /'
     echo "ci_setup: the browser test will be SKIPPED by 'make test'; CI continues."
 fi
 exit 0
