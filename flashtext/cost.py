@@ -49,3 +49,115 @@ def block_sizes(m_elements: int, d: int) -> tuple[int, int]:
 def arithmetic_intensity(flops: float, bytes_moved: float) -> float:
     """FLOPs per byte of memory traffic."""
     return flops / bytes_moved
+
+
+# ------------------------------------------------------------------ FlashAttention-1 (chapters 4-6)
+# Algorithm 1 of arXiv 2205.14135, batch size 1, one head. Everything is counted in elements.
+
+LOOP_ORDERS = ("kv_outer", "q_outer")
+
+
+def _positive(**values: int) -> None:
+    for name, value in values.items():
+        if not isinstance(value, (int,)) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def fa1_grid(n: int, d: int, m_elements: int, n_k: int | None = None) -> dict[str, int]:
+    """Lines 1, 3, 4: the block sizes and how many blocks each axis splits into.
+
+    Tr = ceil(Nq / Br) query (row) blocks, Tc = ceil(Nk / Bc) key/value (column) blocks.
+    """
+    n_k = n if n_k is None else n_k
+    _positive(n=n, d=d, m_elements=m_elements, n_k=n_k)
+    bc, br = block_sizes(m_elements, d)
+    return {"Bc": bc, "Br": br, "Tr": math.ceil(n / br), "Tc": math.ceil(n_k / bc)}
+
+
+def fa1_sram_elements(m_elements: int, d: int, *, bc: int | None = None,
+                      br: int | None = None) -> dict[str, int]:
+    """What one iteration of Algorithm 1 holds on chip at once, tile by tile (full-size tiles).
+
+    The paper's budget is K_j, V_j (Bc x d each), Q_i, O_i (Br x d each), S_ij (Br x Bc, which
+    P~_ij overwrites in place) and the row statistics l_i, m_i (Br each). Lines 10-11 also need
+    m~_ij, l~_ij, m_i^new, l_i^new (Br each); they are listed separately. P~_ij V_j is accumulated
+    straight into O_i's tile, as a tensor-core MMA accumulates into its output registers.
+    """
+    _positive(m_elements=m_elements, d=d)
+    default_bc, default_br = block_sizes(m_elements, d)
+    bc = default_bc if bc is None else bc
+    br = default_br if br is None else br
+    _positive(bc=bc, br=br)
+    return {"K_j": bc * d, "V_j": bc * d, "Q_i": br * d, "O_i": br * d, "S_ij": br * bc,
+            "l_i, m_i": 2 * br, "line 10-11 row stats": 4 * br}
+
+
+def fa1_paper_budget(m_elements: int, d: int) -> int:
+    """The budget the notes add up: Br d + 2 Bc d + Br d + Br Bc, plus l_i and m_i (2 Br)."""
+    tiles = fa1_sram_elements(m_elements, d)
+    return sum(v for k, v in tiles.items() if k != "line 10-11 row stats")
+
+
+def fa1_hbm_elements(n: int, d: int, m_elements: int, *, n_k: int | None = None,
+                     loop_order: str = "kv_outer", bc: int | None = None,
+                     br: int | None = None) -> dict[str, dict[str, int]]:
+    """Exact HBM reads and writes of Algorithm 1, by tensor: ``{"reads": {...}, "writes": {...}}``.
+
+    Line 2 writes O, l, m once (initialisation). Line 6 reads K_j, V_j once per outer iteration
+    (all of K and V once). Line 8 reads Q_i, O_i, l_i, m_i and lines 12-13 write O_i, l_i, m_i
+    back at every (i, j): Tc times each. With ``loop_order="q_outer"`` (loops swapped, line 6
+    moved into the inner loop, the rest unchanged) K and V are read Tr times instead.
+    This is exactly what :func:`flashtext.tiled.flash_attention` records.
+    """
+    if loop_order not in LOOP_ORDERS:
+        raise ValueError(f"loop_order must be one of {LOOP_ORDERS}, got {loop_order!r}")
+    n_k = n if n_k is None else n_k
+    grid = fa1_grid(n, d, m_elements, n_k)
+    bc = grid["Bc"] if bc is None else bc
+    br = grid["Br"] if br is None else br
+    _positive(bc=bc, br=br)
+    tr, tc = math.ceil(n / br), math.ceil(n_k / bc)
+    kv_passes = 1 if loop_order == "kv_outer" else tr
+    reads = {"Q": tc * n * d, "K": kv_passes * n_k * d, "V": kv_passes * n_k * d,
+             "O": tc * n * d, "l": tc * n, "m": tc * n}
+    writes = {"Q": 0, "K": 0, "V": 0, "O": (tc + 1) * n * d, "l": (tc + 1) * n, "m": (tc + 1) * n}
+    return {"reads": reads, "writes": writes}
+
+
+def fa1_hbm_total(n: int, d: int, m_elements: int, **kwargs) -> int:
+    """Total HBM accesses (reads + writes, elements) of Algorithm 1; see :func:`fa1_hbm_elements`.
+
+    Closed form (kv_outer, square): N d + 2N  +  2 N d  +  Tc (3 N d + 4 N).
+    """
+    counts = fa1_hbm_elements(n, d, m_elements, **kwargs)
+    return sum(counts["reads"].values()) + sum(counts["writes"].values())
+
+
+def fa1_hbm_four_step(n: int, d: int, m_elements: int) -> float:
+    """The notes' four-step estimate: T = 4Nd/M blocks per axis, Tr Tc = 16 N^2 d^2 / M^2
+    iterations, M elements moved per iteration, so 16 N^2 d^2 / M in total."""
+    _positive(n=n, d=d, m_elements=m_elements)
+    return 16.0 * n * n * d * d / m_elements
+
+
+def fa1_hbm_theta(n: int, d: int, m_elements: int) -> float:
+    """Theorem 2's growth rate for FlashAttention, N^2 d^2 / M (constant factor 1)."""
+    _positive(n=n, d=d, m_elements=m_elements)
+    return float(n) * n * d * d / m_elements
+
+
+def standard_attention_hbm_total(n: int, d: int) -> int:
+    """Theorem 2's Theta(N d + N^2) for standard attention, exactly: 4 N d + 4 N^2."""
+    return sum(standard_attention_hbm_elements(n, d).values())
+
+
+def compulsory_hbm_elements(n: int, d: int, n_k: int | None = None) -> int:
+    """What any exact attention algorithm must move: read Q, K, V once and write O once.
+
+    This is why Proposition 3 holds: at M = N d the FA1 count is Theta(N d), which no algorithm
+    can beat, so no algorithm does o(N^2 d^2 / M) accesses for every M in [d, N d].
+    """
+    n_k = n if n_k is None else n_k
+    _positive(n=n, d=d, n_k=n_k)
+    return 2 * n * d + 2 * n_k * d
+
