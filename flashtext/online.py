@@ -30,10 +30,12 @@ import numpy as np
 __all__ = [
     "AttentionState",
     "SoftmaxState",
+    "WelfordState",
     "combine_partials",
     "fold",
     "merge",
     "merge_attention",
+    "merge_welford",
     "rescale_factor",
     "streaming_logsumexp",
     "streaming_softmax",
@@ -337,3 +339,67 @@ def combine_partials(outputs, lses) -> tuple[np.ndarray, np.ndarray]:
     out_lse = _lse(m, total)
     scale = np.divide(w, total, out=np.zeros_like(w), where=total > 0)
     return np.sum(scale[..., None] * o, axis=0), out_lse
+
+
+# ------------------------------------------------------------------ the same pattern: Welford
+
+@dataclass(frozen=True, eq=False)
+class WelfordState:
+    """Running count, mean and M2 (sum of squared deviations from the mean), per feature.
+
+    Welford (1962) updates them one value at a time without the catastrophic cancellation of
+    sum(x^2) - n mean^2; Chan, Golub & LeVeque (1979) merge two states, exactly the way
+    :func:`merge` joins two softmax blocks: a correction term re-bases one partial result onto
+    the combined one.
+    """
+
+    count: float
+    mean: np.ndarray
+    m2: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            raise ValueError(f"count must be >= 0, got {self.count}")
+        object.__setattr__(self, "count", float(self.count))
+        object.__setattr__(self, "mean", np.asarray(self.mean, dtype=np.float64))
+        object.__setattr__(self, "m2", np.asarray(self.m2, dtype=np.float64))
+
+    @classmethod
+    def empty(cls, shape: tuple[int, ...] | int = ()) -> WelfordState:
+        return cls(0, np.zeros(shape), np.zeros(shape))
+
+    @classmethod
+    def from_batch(cls, xs) -> WelfordState:
+        """Statistics of a batch of values along axis 0, computed directly (two passes)."""
+        x = _f64(xs, "xs")
+        if x.ndim < 1 or x.shape[0] == 0:
+            return cls.empty(x.shape[1:])
+        mean = x.mean(axis=0)
+        return cls(x.shape[0], mean, np.sum((x - mean) ** 2, axis=0))
+
+    def update(self, x) -> WelfordState:
+        """Add one observation: delta = x - mean; mean += delta / n; M2 += delta (x - mean_new)."""
+        x = _f64(x, "x")
+        count = self.count + 1
+        delta = x - self.mean
+        mean = self.mean + delta / count
+        return WelfordState(count, mean, self.m2 + delta * (x - mean))
+
+    def variance(self, ddof: int = 0) -> np.ndarray:
+        """M2 / (count - ddof); NaN when count <= ddof (not enough data)."""
+        if self.count <= ddof:
+            return np.full(self.mean.shape, np.nan)
+        return self.m2 / (self.count - ddof)
+
+
+def merge_welford(a: WelfordState, b: WelfordState) -> WelfordState:
+    """Chan et al.'s parallel merge: delta = mean_b - mean_a, n = n_a + n_b,
+    mean = mean_a + delta n_b / n,  M2 = M2_a + M2_b + delta^2 n_a n_b / n."""
+    if not (isinstance(a, WelfordState) and isinstance(b, WelfordState)):
+        raise ValueError("merge_welford takes two WelfordState objects")
+    n = a.count + b.count
+    if n == 0:
+        return a
+    delta = b.mean - a.mean
+    mean = a.mean + delta * (b.count / n)
+    return WelfordState(n, mean, a.m2 + b.m2 + delta**2 * (a.count * b.count / n))

@@ -13,10 +13,12 @@ from flashtext.exercises.core import adversarial_rows
 from flashtext.online import (
     AttentionState,
     SoftmaxState,
+    WelfordState,
     combine_partials,
     fold,
     merge,
     merge_attention,
+    merge_welford,
     rescale_factor,
     streaming_logsumexp,
     streaming_softmax,
@@ -279,3 +281,51 @@ def test_combine_partials_matches_merge_attention():
     merged = merge_attention(a, b)
     assert_same(out, merged.output())
     assert_same(lse, merged.lse())
+
+
+# ------------------------------------------------------------------------------ Welford
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), x=hnp.arrays(np.float64, st.integers(1, 40),
+                                     elements=st.floats(-1e6, 1e6)))
+def test_welford_update_and_merge_match_numpy(data, x):
+    s = WelfordState.empty()
+    for value in x:
+        s = s.update(value)
+    assert s.count == len(x)
+    np.testing.assert_allclose(s.mean, np.mean(x), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(s.variance(), np.var(x), rtol=1e-9, atol=1e-6)
+    cuts = cut_points(data.draw, len(x))
+    parts = [WelfordState.from_batch(x[a:b]) for a, b in pairwise(cuts)]
+    for how in ("left", "tree"):
+        merged = parts[0]
+        if how == "left":
+            for p in parts[1:]:
+                merged = merge_welford(merged, p)
+        else:
+            while len(parts) > 1:
+                parts = [merge_welford(*parts[i:i + 2]) if i + 1 < len(parts) else parts[i]
+                         for i in range(0, len(parts), 2)]
+            merged = parts[0]
+        np.testing.assert_allclose(merged.mean, np.mean(x), rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(merged.variance(), np.var(x), rtol=1e-9, atol=1e-6)
+
+
+def test_welford_beats_the_naive_formula_on_a_large_offset():
+    x = 1e9 + np.array([4.0, 7.0, 13.0, 16.0])  # variance 22.5, offset by a billion
+    s = WelfordState.empty()
+    for value in x:
+        s = s.update(value)
+    assert s.variance() == 22.5
+    naive = np.mean(x**2) - np.mean(x) ** 2
+    assert abs(naive - 22.5) > 1  # sum of squares minus square of sum cancels catastrophically
+
+
+def test_welford_edge_cases():
+    assert np.isnan(WelfordState.empty().variance())
+    e = merge_welford(WelfordState.empty(), WelfordState.empty())
+    assert e.count == 0
+    one = WelfordState.from_batch([3.0])
+    assert merge_welford(WelfordState.empty(), one).mean == 3.0
+    with pytest.raises(ValueError, match="count"):
+        WelfordState(-1, 0.0, 0.0)

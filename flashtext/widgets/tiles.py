@@ -1,0 +1,382 @@
+"""Chapter 2's widgets: the tile stepper, the naive-vs-tiled memory bars, the checkpoint picker.
+
+Each is a small state object with ``figure()`` (static matplotlib) and ``widget()`` (live
+ipywidgets); both read the same state, so tests set a value and check what changes.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashtext.online import SoftmaxState
+
+ORDERS = ("query-major", "key-major")
+
+
+def _positive(name: str, value) -> int:
+    if not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _redraw_into(out, obj) -> None:
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    with out:
+        out.clear_output(wait=True)
+        fig = obj.figure()
+        display(fig)
+        plt.close(fig)
+
+
+# ------------------------------------------------------------------------------ tile stepper
+
+@dataclass
+class TileStepper:
+    """Walk an n x n score matrix one block x block tile at a time.
+
+    ``order="query-major"`` visits every key block of query block 0, then of query block 1, ...
+    (FlashAttention-2's loop order); ``"key-major"`` is FlashAttention-1's (outer loop over key
+    blocks). ``step`` counts from 0; captions count from 1. Edge tiles are smaller when n is not
+    a multiple of ``block``. Scores are a seeded random matrix (fixed by ``seed``).
+    """
+
+    n: int = 4
+    block: int = 2
+    step: int = 0
+    order: str = "query-major"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        self.n = _positive("n", self.n)
+        self.block = _positive("block", self.block)
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {self.order!r}")
+        if not 0 <= self.step < self.total_steps:
+            raise ValueError(f"step must be in [0, {self.total_steps}), got {self.step}")
+
+    @property
+    def blocks_per_side(self) -> int:
+        return math.ceil(self.n / self.block)
+
+    @property
+    def total_steps(self) -> int:
+        return self.blocks_per_side ** 2
+
+    def tile(self, step: int | None = None) -> tuple[int, int]:
+        """(query-block i, key-block j) visited at ``step``."""
+        k = self.step if step is None else step
+        t = self.blocks_per_side
+        return divmod(k, t) if self.order == "query-major" else divmod(k, t)[::-1]
+
+    def _span(self, b: int) -> slice:
+        return slice(b * self.block, min((b + 1) * self.block, self.n))
+
+    def caption(self) -> str:
+        i, j = self.tile()
+        return (f"step {self.step + 1} of {self.total_steps} — query-block {i}, key-block {j}")
+
+    def scores(self) -> np.ndarray:
+        """The full (never materialised by the algorithm) score matrix, for drawing."""
+        rng = np.random.default_rng(self.seed)
+        return np.round(rng.standard_normal((self.n, self.n)) * 2, 1)
+
+    def on_chip(self) -> np.ndarray:
+        """Boolean n x n mask of the scores that exist at this step: the current tile only."""
+        mask = np.zeros((self.n, self.n), dtype=bool)
+        i, j = self.tile()
+        mask[self._span(i), self._span(j)] = True
+        return mask
+
+    def visited(self) -> np.ndarray:
+        """Boolean n x n mask of the scores folded into the running (m, l), this step included."""
+        mask = np.zeros((self.n, self.n), dtype=bool)
+        for k in range(self.step + 1):
+            i, j = self.tile(k)
+            mask[self._span(i), self._span(j)] = True
+        return mask
+
+    def scores_on_chip(self) -> int:
+        return int(self.on_chip().sum())
+
+    def running_state(self) -> SoftmaxState:
+        """Each row's (m, l) after the tiles visited so far, folded with the library's update."""
+        s = self.scores()
+        state = SoftmaxState.empty(self.n)
+        seen = self.visited()
+        for j in range(self.blocks_per_side):
+            cols = self._span(j)
+            block = np.where(seen[:, cols], s[:, cols], -np.inf)
+            state = state.update(block)
+        return state
+
+    def figure(self):
+        import matplotlib.pyplot as plt
+
+        s, chip, seen = self.scores(), self.on_chip(), self.visited()
+        state = self.running_state()
+        fig, (ax, side) = plt.subplots(1, 2, figsize=(7.5, 4.6),
+                                       gridspec_kw={"width_ratios": [3, 1.3]})
+        shade = np.where(chip, 2, np.where(seen, 1, 0))
+        cmap = plt.matplotlib.colors.ListedColormap(["#f2f2f2", "#c9d7ea", "#f0a35e"])
+        ax.imshow(shade, cmap=cmap, vmin=0, vmax=2)
+        if self.n <= 16:
+            for r, c in zip(*np.nonzero(chip), strict=True):
+                ax.text(c, r, f"{s[r, c]:g}", ha="center", va="center", fontsize=8)
+        for b in range(1, self.blocks_per_side):
+            ax.axhline(b * self.block - 0.5, color="k", lw=1)
+            ax.axvline(b * self.block - 0.5, color="k", lw=1)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_xlabel("keys")
+        ax.set_ylabel("queries")
+        ax.set_title(self.caption(), fontsize=10)
+        # the running statistics, one (m, l) per query row
+        side.axis("off")
+        lines = ["running (m, l) per row", "", "row      m       l"]
+        for r in range(min(self.n, 16)):
+            m, l = state.m[r], state.l[r]  # noqa: E741
+            shown = f"{m:>6.2f} {l:>7.3f}" if np.isfinite(m) else "  -inf       0"
+            lines.append(f"{r:>3} {shown}")
+        if self.n > 16:
+            lines.append("...")
+        side.text(0, 1, "\n".join(lines), va="top", family="monospace", fontsize=8)
+        fig.text(0.02, 0.02, f"orange: the {self.scores_on_chip()} scores that exist now "
+                 f"(of {self.n * self.n})\nblue: already folded into the running (m, l) and "
+                 "discarded; grey: not computed yet", fontsize=8)
+        fig.tight_layout(rect=(0, 0.08, 1, 1))
+        return fig
+
+    def widget(self):
+        import ipywidgets as w
+
+        out = w.Output()
+        step = w.IntSlider(value=self.step + 1, min=1, max=self.total_steps, description="step")
+        play = w.Play(value=self.step + 1, min=1, max=self.total_steps, interval=900,
+                      description="play")
+        w.jslink((play, "value"), (step, "value"))
+        n = w.IntSlider(value=self.n, min=2, max=32, description="n")
+        block = w.IntSlider(value=self.block, min=1, max=16, description="block")
+        order = w.ToggleButtons(options=ORDERS, value=self.order, description="order")
+        for control, cls in ((step, "ft-tile-step"), (play, "ft-tile-play"), (n, "ft-tile-n"),
+                             (block, "ft-tile-block"), (order, "ft-tile-order")):
+            control.add_class(cls)
+
+        def resize(_=None):
+            self.n, self.block, self.order = n.value, min(block.value, n.value), order.value
+            self.step = 0
+            for c in (step, play):
+                c.max = self.total_steps
+                c.value = 1
+            redraw()
+
+        def redraw(_=None):
+            self.step = min(step.value, self.total_steps) - 1
+            _redraw_into(out, self)
+
+        step.observe(redraw, names="value")
+        for control in (n, block, order):
+            control.observe(resize, names="value")
+        redraw()
+        box = w.VBox([w.HBox([play, step]), w.HBox([n, block]), order, out])
+        box.add_class("ft-tile-stepper")
+        return box
+
+
+# ------------------------------------------------------------------------------ memory bars
+
+@dataclass
+class MemoryBars:
+    """Peak scores held at once: naive attention holds the whole n x n matrix, tiled attention
+    one block x block tile (a tile cannot be larger than the matrix)."""
+
+    n: int = 16
+    block: int = 2
+    n_max: int = 128
+
+    def naive_peak(self, n: int | None = None) -> int:
+        n = self.n if n is None else n
+        return n * n
+
+    def tiled_peak(self, n: int | None = None) -> int:
+        n = self.n if n is None else n
+        return min(self.block, n) ** 2
+
+    def caption(self) -> str:
+        return (f"at n = {self.n}: naive peak memory grows to {self.naive_peak()} scores; tiled "
+                f"peak memory stays at {self.tiled_peak()}, no matter how large n gets")
+
+    def figure(self):
+        import matplotlib.pyplot as plt
+
+        _positive("n", self.n)
+        _positive("block", self.block)
+        fig, (bars, curve) = plt.subplots(1, 2, figsize=(9, 3.3),
+                                          gridspec_kw={"width_ratios": [1, 1.4]})
+        values = [self.naive_peak(), self.tiled_peak()]
+        bars.bar(["naive:\nfull n×n matrix", "tiled:\none block×block tile"], values,
+                 color=["#c44e52", "#4c72b0"])
+        for x, v in enumerate(values):
+            bars.text(x, v, f"{v:,}", ha="center", va="bottom", fontsize=10)
+        bars.set_ylim(0, max(values) * 1.18)
+        bars.set_ylabel("scores held at once")
+        ns = np.arange(1, max(self.n_max, self.n) + 1)
+        curve.plot(ns, ns**2, color="#c44e52", label="naive: n²")
+        curve.plot(ns, [self.tiled_peak(int(k)) for k in ns], color="#4c72b0",
+                   label=f"tiled: block² (block = {self.block})")
+        curve.plot([self.n, self.n], [self.tiled_peak(), self.naive_peak()], "k:", lw=1)
+        curve.scatter([self.n, self.n], values, color=["#c44e52", "#4c72b0"], zorder=3)
+        curve.set_yscale("log")
+        curve.set_xlabel("sequence length n")
+        curve.set_ylabel("peak scores (log scale)")
+        curve.legend(fontsize=8, loc="upper left")
+        fig.suptitle(self.caption(), fontsize=9)
+        fig.tight_layout()
+        return fig
+
+    def widget(self):
+        import ipywidgets as w
+
+        out = w.Output()
+        n = w.IntSlider(value=self.n, min=1, max=self.n_max, description="n")
+        block = w.IntSlider(value=self.block, min=1, max=16, description="block")
+        n.add_class("ft-bars-n")
+        block.add_class("ft-bars-block")
+
+        def redraw(_=None):
+            self.n, self.block = n.value, block.value
+            _redraw_into(out, self)
+
+        n.observe(redraw, names="value")
+        block.observe(redraw, names="value")
+        redraw()
+        box = w.VBox([w.HBox([n, block]), out])
+        box.add_class("ft-memory-bars")
+        return box
+
+
+# ------------------------------------------------------------------------------ checkpoint
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool
+    message: str
+
+
+@dataclass
+class CheckpointPicker:
+    """"Find the smallest sequence length, among the candidates, where naive peak memory first
+    reaches at least ``factor`` x tiled peak memory." The reader picks; :meth:`judge` answers."""
+
+    candidates: tuple[int, ...] = (16, 32, 48, 63, 64, 100, 128, 256)
+    block: int = 2
+    factor: float = 1000.0
+    choice: int | None = None
+
+    def __post_init__(self) -> None:
+        self.set_candidates(self.candidates)
+
+    def set_candidates(self, candidates) -> None:
+        cands = tuple(sorted({_positive("candidates", int(c)) for c in candidates}))
+        if not cands:
+            raise ValueError("candidates must contain at least one sequence length")
+        self.candidates = cands
+        if self.choice is not None and self.choice not in cands:
+            self.choice = None
+
+    def question(self) -> str:
+        return (f"Find the smallest sequence length, among the candidates, where naive peak "
+                f"memory first reaches at least {self.factor:g}x tiled peak memory "
+                f"(block = {self.block}).")
+
+    def ratio(self, n: int) -> float:
+        bars = MemoryBars(n=n, block=self.block)
+        return bars.naive_peak() / bars.tiled_peak()
+
+    def answer(self) -> int | None:
+        """The right candidate, or None when no candidate reaches the factor."""
+        return next((n for n in self.candidates if self.ratio(n) >= self.factor), None)
+
+    def judge(self, n: int) -> Verdict:
+        if n not in self.candidates:
+            raise ValueError(f"{n} is not among the candidates {self.candidates}")
+        r, best = self.ratio(n), self.answer()
+        tile = min(self.block, n) ** 2
+        facts = f"at n = {n}, naive holds {n * n:,} scores, {r:,.4g}x the tile's {tile}"
+        if n == best:
+            return Verdict(True, f"Right: {facts}, and every smaller candidate is below "
+                           f"{self.factor:g}x.")
+        if r < self.factor:
+            return Verdict(False, f"Not yet: {facts}, below {self.factor:g}x.")
+        return Verdict(False, f"{facts}: it reaches {self.factor:g}x, but a smaller candidate "
+                       "already does.")
+
+    def figure(self):
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(8, 2.1))
+        ax.axis("off")
+        ax.set_xlim(0, len(self.candidates))
+        ax.set_ylim(0, 1)
+        verdict = self.judge(self.choice) if self.choice is not None else None
+        for x, n in enumerate(self.candidates):
+            color = "#eeeeee"
+            if n == self.choice:
+                color = "#8fd19e" if verdict.correct else "#f4a3a3"
+            ax.add_patch(plt.Rectangle((x + 0.08, 0.35), 0.84, 0.4, color=color, ec="k"))
+            ax.text(x + 0.5, 0.55, f"n = {n}", ha="center", va="center", fontsize=10)
+        text = verdict.message if verdict else "Pick a sequence length to try it."
+        ax.text(0, 0.12, text, fontsize=9, va="center")
+        ax.set_title(textwrap.fill(self.question(), 95), fontsize=9)
+        fig.tight_layout()
+        return fig
+
+    def widget(self):
+        import ipywidgets as w
+
+        picks = w.ToggleButtons(options=[str(n) for n in self.candidates], value=None,
+                                description="n =")
+        block = w.IntSlider(value=self.block, min=1, max=16, description="block")
+        cands = w.Text(value=", ".join(map(str, self.candidates)), description="candidates")
+        feedback = w.HTML("Pick a sequence length to try it.")
+        title = w.HTML(f"<b>{self.question()}</b>")
+        for control, cls in ((picks, "ft-checkpoint-pick"), (block, "ft-checkpoint-block"),
+                             (cands, "ft-checkpoint-candidates"),
+                             (feedback, "ft-checkpoint-feedback")):
+            control.add_class(cls)
+
+        def on_pick(change):
+            if change["new"] is None:
+                return
+            self.choice = int(change["new"])
+            v = self.judge(self.choice)
+            color = "#1a7f37" if v.correct else "#b42318"
+            feedback.value = f"<b style='color:{color}'>{v.message}</b>"
+
+        def on_setup(_=None):
+            try:
+                self.set_candidates(int(t) for t in cands.value.replace(",", " ").split())
+            except ValueError as exc:
+                feedback.value = f"<i>{exc}</i>"
+                return
+            self.block, self.choice = block.value, None
+            picks.value = None
+            picks.options = [str(n) for n in self.candidates]
+            title.value = f"<b>{self.question()}</b>"
+            feedback.value = "Pick a sequence length to try it."
+
+        picks.observe(on_pick, names="value")
+        block.observe(on_setup, names="value")
+        cands.observe(on_setup, names="value")
+        box = w.VBox([title, picks, feedback,
+                      w.HBox([block, cands])])
+        box.add_class("ft-checkpoint")
+        return box

@@ -1,0 +1,111 @@
+"""Chapter 2's widgets: set the state, check what the figure and the widget would show."""
+
+import numpy as np
+import pytest
+
+from flashtext import reference as ref
+from flashtext.widgets.tiles import CheckpointPicker, MemoryBars, TileStepper
+
+
+def test_stepper_seed_lesson_caption_and_one_tile_on_chip():
+    t = TileStepper(n=4, block=2)
+    assert t.total_steps == 4
+    assert t.caption() == "step 1 of 4 — query-block 0, key-block 0"
+    assert t.scores_on_chip() == 4
+    t.step = 1
+    assert t.tile() == (0, 1)
+    t.step = 2
+    assert t.caption() == "step 3 of 4 — query-block 1, key-block 0"
+
+
+def test_stepper_orders_visit_every_tile_once():
+    for order in ("query-major", "key-major"):
+        t = TileStepper(n=7, block=3, order=order)
+        tiles = [t.tile(k) for k in range(t.total_steps)]
+        assert sorted(tiles) == [(i, j) for i in range(3) for j in range(3)]
+    assert TileStepper(n=4, block=2, order="key-major").tile(1) == (1, 0)
+
+
+def test_stepper_ragged_edge_tile_is_smaller():
+    t = TileStepper(n=5, block=2, step=8)  # the corner tile is 1 x 1
+    assert t.tile() == (2, 2) and t.scores_on_chip() == 1
+
+
+def test_stepper_running_state_is_exact_after_last_step():
+    t = TileStepper(n=6, block=4)
+    t.step = t.total_steps - 1
+    state = t.running_state()
+    np.testing.assert_allclose(state.lse(), ref.logsumexp(t.scores()), rtol=1e-14)
+    t.step = 0  # rows of query block 1 have seen nothing yet
+    assert np.all(np.isneginf(t.running_state().m[4:]))
+
+
+def test_stepper_rejects_bad_state():
+    with pytest.raises(ValueError, match="block"):
+        TileStepper(n=4, block=0)
+    with pytest.raises(ValueError, match="step"):
+        TileStepper(n=4, block=2, step=4)
+    with pytest.raises(ValueError, match="order"):
+        TileStepper(order="diagonal")
+
+
+def test_stepper_widget_drives_state():
+    t = TileStepper(n=4, block=2)
+    box = t.widget()
+    play, step = box.children[0].children
+    step.value = 3
+    assert t.step == 2 and "step 3 of 4" in t.caption()
+    n, block = box.children[1].children
+    n.value = 9
+    assert t.n == 9 and t.total_steps == 25 and step.max == 25 and t.step == 0
+    block.value = 3
+    assert t.total_steps == 9
+
+
+def test_memory_bars_seed_numbers_and_flat_tile():
+    bars = MemoryBars(n=16, block=2)
+    assert (bars.naive_peak(), bars.tiled_peak()) == (256, 4)
+    assert bars.caption().startswith("at n = 16: naive peak memory grows to 256 scores")
+    assert {bars.tiled_peak(n) for n in (4, 16, 128)} == {4}
+    assert bars.naive_peak(128) == 16384
+    assert MemoryBars(n=1, block=2).tiled_peak() == 1  # a tile is never larger than the matrix
+    box = bars.widget()
+    box.children[0].children[0].value = 128
+    assert bars.n == 128 and "16384" in bars.caption().replace(",", "")
+
+
+def test_checkpoint_answer_and_feedback():
+    c = CheckpointPicker()  # block 2: tile of 4 scores, so n^2 >= 4000 -> n >= 64 (63^2 = 3969)
+    assert c.answer() == 64
+    assert c.judge(64).correct and c.judge(64).message.startswith("Right")
+    assert not c.judge(63).correct and "below" in c.judge(63).message
+    assert not c.judge(128).correct and "smaller candidate" in c.judge(128).message
+    c.block = 4
+    assert c.answer() == 128  # n >= 4 * sqrt(1000) = 126.5
+    with pytest.raises(ValueError, match="candidates"):
+        c.judge(65)
+    c.set_candidates([3, 2])
+    assert c.candidates == (2, 3) and c.answer() is None
+
+
+def test_checkpoint_widget_gives_feedback():
+    c = CheckpointPicker()
+    box = c.widget()
+    title, picks, feedback, setup = box.children
+    picks.value = "48"
+    assert "Not yet" in feedback.value and c.choice == 48
+    picks.value = "64"
+    assert "Right" in feedback.value
+    setup.children[0].value = 4  # block
+    assert c.choice is None and "block = 4" in title.value
+    setup.children[1].value = "100, 127, 130"
+    assert c.candidates == (100, 127, 130)
+    picks.value = "127"
+    assert "Right" in feedback.value
+
+
+def test_figures_draw():
+    import matplotlib.pyplot as plt
+
+    for obj in (TileStepper(n=5, block=2, step=3), MemoryBars(), CheckpointPicker(choice=64)):
+        plt.close(obj.figure())
