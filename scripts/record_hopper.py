@@ -1,0 +1,350 @@
+"""Which Hopper features does Triton use for our kernels, and what does split-KV buy at decode?
+
+    python scripts/record_hopper.py            # on an H200: flashtext/data/h200_hopper.json
+    python scripts/record_hopper.py --quick    # smoke test: fewer timings, not saved
+
+Chapters 13 and 14 show the result on machines without a GPU. What it records:
+
+* ``library_kernels``: every Triton kernel compiled while ``flashtext.kernels`` runs its forward
+  (fp16 and bf16, d = 64 and 128, causal and not), read back from a fresh Triton cache: per
+  kernel, counts of Hopper instructions in the PTX (``wgmma.mma_async`` = warpgroup MMA,
+  ``cp.async.bulk.tensor`` = TMA, ``setmaxnreg``, ``mbarrier``) and in the SASS from cuobjdump
+  (``HGMMA``, ``UTMALDG``, ``USETMAXREG``, ``HMMA`` = the pre-Hopper mma.sync, ``LDGSTS`` =
+  Ampere's cp.async, ``MUFU.EX2``), the wgmma shapes, num_warps, num_stages and shared memory.
+* ``probes``: one small attention loop written three ways (pointer loads; tensor descriptors;
+  tensor descriptors + ``tl.range(warp_specialize=True)``), checked against SDPA, timed, and
+  counted the same way: what Triton emits for each way of writing the loads.
+* ``splitkv``: the split-KV decode kernel (``flashtext.kernels.splitkv``) at batch 1,
+  Nq = 1, N = 65536, d = 128, fp16: time for num_splits in 1, 2, 4, ..., 128 and the automatic
+  choice, achieved K/V read bandwidth, max error vs SDPA; SDPA and the library forward (no split)
+  at the same shape for comparison.
+
+About a minute on an H200. Without CUDA it stops with a message: nothing is invented.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __name__ == "__main__":  # a fresh cache, so every kernel is compiled (and kept) here
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="flashtext_hopper_cache_")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import flashtext  # noqa: E402,F401  (before triton: decides TRITON_INTERPRET)
+
+# isort: split
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+# name -> regex, counted in the PTX text
+PTX_PATTERNS = {
+    "wgmma": r"\bwgmma\.mma_async\b",
+    "tma_load": r"\bcp\.async\.bulk\.tensor\.\w+\.shared[:\w]*\.global\b",
+    "tma_store": r"\bcp\.async\.bulk\.tensor\.\w+\.global\.shared[:\w]*\b",
+    "setmaxnreg": r"\bsetmaxnreg\b",
+    "mbarrier": r"\bmbarrier\.",
+    "mma_sync": r"\bmma\.sync\b",
+    "cp_async": r"\bcp\.async\.(?:ca|cg)\.",
+    "ex2": r"\bex2\.approx\b",
+}
+# SASS opcodes, counted as whole words at the start of an instruction
+SASS_OPCODES = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "HMMA", "LDGSTS", "MUFU.EX2",
+                "SYNCS")
+
+
+def count_ptx(ptx: str) -> dict[str, int]:
+    """Counts of the Hopper-relevant PTX instructions in ``ptx``."""
+    return {name: len(re.findall(pat, ptx)) for name, pat in PTX_PATTERNS.items()}
+
+
+def count_sass(sass: str) -> dict[str, int]:
+    """Counts of SASS opcodes (``HGMMA.64x128x16.F32`` counts as HGMMA)."""
+    ops = re.findall(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass, re.M)
+    out = {}
+    for op in SASS_OPCODES:
+        out[op] = sum(1 for o in ops if o == op or o.startswith(op + "."))
+    return out
+
+
+def wgmma_shapes(ptx: str) -> list[str]:
+    """Distinct wgmma shapes, e.g. ``m64n128k16.f32.f16.f16``: m64 means one warpgroup's tile."""
+    return sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.([\w.]+)", ptx)))
+
+
+def cuobjdump() -> str | None:
+    here = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(here) if here.exists() else shutil.which("cuobjdump")
+
+
+def sass_of(cubin: bytes) -> str | None:
+    tool = cuobjdump()
+    if tool is None:
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        run = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
+                             timeout=60)
+    return run.stdout if run.returncode == 0 else None
+
+
+def describe(name: str, ptx: str, cubin: bytes | None, meta: dict) -> dict:
+    sass = sass_of(cubin) if cubin else None
+    return {
+        "name": name,
+        "num_warps": meta.get("num_warps"),
+        "num_stages": meta.get("num_stages"),
+        "shared_bytes": meta.get("shared"),
+        "ptx": count_ptx(ptx),
+        "sass": count_sass(sass) if sass else None,
+        "wgmma_shapes": wgmma_shapes(ptx),
+    }
+
+
+def cached_kernels(cache_dir: Path, seen: set[str]) -> list[dict]:
+    """Kernels in Triton's cache directory not in ``seen`` (kernel directories already read)."""
+    found = []
+    for meta_path in sorted(cache_dir.glob("*/*.json")):
+        if meta_path.name.startswith("__grp__") or str(meta_path.parent) in seen:
+            continue
+        ptx_path = meta_path.with_suffix(".ptx")
+        if not ptx_path.exists():
+            continue
+        seen.add(str(meta_path.parent))
+        meta = json.loads(meta_path.read_text())
+        cubin_path = meta_path.with_suffix(".cubin")
+        cubin = cubin_path.read_bytes() if cubin_path.exists() else None
+        found.append(describe(meta.get("name", meta_path.stem), ptx_path.read_text(), cubin,
+                              meta))
+    return found
+
+
+# --------------------------------------------------------------------------- the probe kernel
+
+@triton.jit
+def probe_attention(Q, K, V, Out, N, qk_scale_log2, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, USE_DESC: tl.constexpr, WARP_SPEC: tl.constexpr):
+    """A bare attention forward (non-causal, N a multiple of both blocks, contiguous
+    (B*H, N, d) tensors): the FA2 loop and nothing else, to see what Triton emits."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    base = bh * N * HEAD_DIM
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    if USE_DESC:
+        q_desc = tl.make_tensor_descriptor(Q + base, shape=[N, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                           block_shape=[BLOCK_M, HEAD_DIM])
+        k_desc = tl.make_tensor_descriptor(K + base, shape=[N, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+        v_desc = tl.make_tensor_descriptor(V + base, shape=[N, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+        q = q_desc.load([pid_m * BLOCK_M, 0])
+    else:
+        q = tl.load(Q + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :])
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    for start in tl.range(0, N, BLOCK_N, warp_specialize=WARP_SPEC):
+        if USE_DESC:
+            k = k_desc.load([start, 0])
+            v = v_desc.load([start, 0])
+        else:
+            k = tl.load(K + base + (start + offs_n)[:, None] * HEAD_DIM + offs_d[None, :])
+            v = tl.load(V + base + (start + offs_n)[:, None] * HEAD_DIM + offs_d[None, :])
+        s = tl.dot(q, tl.trans(k)) * qk_scale_log2
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    acc = acc / l_i[:, None]
+    tl.store(Out + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+             acc.to(Out.dtype.element_ty))
+
+
+def run_probe(q, k, v, use_desc: bool, warp_spec: bool, block_m: int = 128, block_n: int = 64,
+              num_warps: int = 8, num_stages: int = 3):
+    """Launch the probe on (B, H, N, d) contiguous tensors; returns (out, compiled kernel)."""
+    import torch
+
+    batch, heads, n, d = q.shape
+    out = torch.empty_like(q)
+    if use_desc and hasattr(triton, "set_allocator"):  # device-side descriptors need scratch
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
+                                                                     device=q.device))
+    grid = (n // block_m, batch * heads)
+    compiled = probe_attention[grid](q, k, v, out, n, 1.4426950408889634 / d**0.5, HEAD_DIM=d,
+                                     BLOCK_M=block_m, BLOCK_N=block_n, USE_DESC=use_desc,
+                                     WARP_SPEC=warp_spec, num_warps=num_warps,
+                                     num_stages=num_stages)
+    return out, compiled
+
+
+# ---------------------------------------------------------------------------------- sections
+
+def _bench(fn, quick: bool) -> float:
+    """Median seconds of ``fn`` (triton's do_bench, which flushes L2 between runs)."""
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=10 if quick else 25, rep=50 if quick else 200,
+                    return_mode="median") * 1e-3
+
+
+def library_forward(cache_dir: Path, seen: set[str]) -> dict:
+    import torch
+
+    import flashtext.kernels as kernels
+
+    fn = getattr(kernels, "flash_attention", None) or getattr(kernels, "attention_forward", None)
+    if fn is None:
+        return {"error": "flashtext.kernels has neither flash_attention nor attention_forward"}
+    runs, errors = [], []
+    for dtype in (torch.float16, torch.bfloat16):
+        for d in (64, 128):
+            for causal in (False, True):
+                q, k, v = (torch.randn(2, 8, 2048, d, device="cuda", dtype=dtype)
+                           for _ in range(3))
+                try:
+                    out = fn(q, k, v, causal=causal)
+                    out = out[0] if isinstance(out, tuple) else out
+                    ref = torch.nn.functional.scaled_dot_product_attention(
+                        q.float(), k.float(), v.float(), is_causal=causal)
+                    runs.append({"dtype": str(dtype).removeprefix("torch."), "d": d,
+                                 "causal": causal,
+                                 "max_err_vs_sdpa_fp32": float((out.float() - ref).abs().max())})
+                except Exception as exc:  # record, do not hide
+                    errors.append(f"{dtype} d={d} causal={causal}: {type(exc).__name__}: {exc}")
+    torch.cuda.synchronize()
+    return {"api": fn.__name__, "runs": runs, "errors": errors,
+            "kernels": cached_kernels(cache_dir, seen)}
+
+
+def probes(quick: bool) -> list[dict]:
+    import torch
+
+    batch, heads, n, d = 4, 16, 4096, 128
+    q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.float16)
+               for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    flops = 4.0 * batch * heads * n * n * d
+    rows = []
+    for label, desc, ws in (("pointer loads", False, False), ("tensor descriptors", True, False),
+                            ("tensor descriptors + warp_specialize", True, True)):
+        row = {"variant": label, "use_desc": desc, "warp_specialize": ws}
+        try:
+            out, compiled = run_probe(q, k, v, desc, ws)
+            torch.cuda.synchronize()
+            row["max_err_vs_sdpa"] = float((out.float() - ref.float()).abs().max())
+            seconds = _bench(lambda desc=desc, ws=ws: run_probe(q, k, v, desc, ws), quick)
+            row["tflops"] = flops / seconds / 1e12
+            meta = compiled.metadata
+            meta = meta._asdict() if hasattr(meta, "_asdict") else dict(vars(meta))
+            row.update(describe("probe_attention", compiled.asm["ptx"],
+                                compiled.asm.get("cubin"), meta))
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+        print("probe:", {k_: v_ for k_, v_ in row.items() if k_ != "sass"}, flush=True)
+        rows.append(row)
+    return rows
+
+
+def _decode_case(heads: int, n: int, d: int, sms: int, quick: bool) -> dict:
+    import torch
+
+    from flashtext.kernels.splitkv import splitkv_attention
+    from flashtext.splitkv import choose_num_splits
+
+    q = torch.randn(1, heads, 1, d, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(1, heads, n, d, device="cuda", dtype=torch.float16) for _ in range(2))
+    kv_bytes = 2 * heads * n * d * 2
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    auto = choose_num_splits(1, heads, 1, n, sms=sms)
+    entry = {"heads": heads, "kv_bytes": kv_bytes, "auto_splits": auto, "sweep": []}
+    for splits in sorted({1, 2, 4, 8, 16, 32, 64, 128, auto}):
+        out = splitkv_attention(q, k, v, num_splits=splits)
+        err = float((out.float() - ref).abs().max())
+        seconds = _bench(lambda s=splits: splitkv_attention(q, k, v, num_splits=s), quick)
+        entry["sweep"].append({"num_splits": splits, "seconds": seconds,
+                               "bandwidth": kv_bytes / seconds, "max_err_vs_sdpa_fp32": err})
+        print(f"split-KV H={heads} splits={splits}: {seconds * 1e6:.1f} us, "
+              f"{kv_bytes / seconds / 1e12:.2f} TB/s, err {err:.1e}", flush=True)
+    entry["sdpa_seconds"] = _bench(
+        lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), quick)
+    try:
+        import flashtext.kernels as kernels
+
+        fn = getattr(kernels, "flash_attention", None) or kernels.attention_forward
+        entry["library_forward_seconds"] = _bench(lambda: fn(q, k, v), quick)
+    except Exception as exc:
+        entry["library_forward_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    print(f"H={heads}: SDPA {entry['sdpa_seconds'] * 1e6:.1f} us, library forward "
+          f"{entry.get('library_forward_seconds', float('nan')) * 1e6:.1f} us", flush=True)
+    return entry
+
+
+def splitkv(quick: bool, cache_dir: Path, seen: set[str]) -> dict:
+    import torch
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    n, d = 65536, 128
+    result = {"n_k": n, "d": d, "batch": 1, "n_q": 1, "dtype": "float16", "sms": sms,
+              "by_heads": []}
+    for heads in ((8,) if quick else (8, 32)):
+        result["by_heads"].append(_decode_case(heads, n, d, sms, quick))
+    result["kernels"] = cached_kernels(cache_dir, seen)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer timings, print, do not save")
+    parser.add_argument("--name", default="h200_hopper", help="output name in flashtext/data")
+    args = parser.parse_args()
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("record_hopper.py compiles and times kernels on a CUDA GPU, and this "
+                         "machine has none. Chapters 13 and 14 show the recorded H200 results.")
+    from flashtext import recorded
+
+    start = time.perf_counter()
+    cache_dir = Path(os.environ.get("TRITON_CACHE_DIR", ""))
+    if not cache_dir.is_dir():
+        raise SystemExit("run this file as a script (it sets a fresh TRITON_CACHE_DIR)")
+    seen: set[str] = set()
+    props = torch.cuda.get_device_properties(0)
+    payload: dict = {"device": {"name": props.name, "sms": props.multi_processor_count,
+                                "capability": list(torch.cuda.get_device_capability(0))},
+                     "cuobjdump": cuobjdump() is not None}
+    try:
+        payload["library_forward"] = library_forward(cache_dir, seen)
+    except Exception as exc:  # the forward kernel may not exist yet: say so in the record
+        payload["library_forward"] = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+    for kern in payload["library_forward"].get("kernels", []):
+        print("library kernel:", kern["name"], kern["ptx"], kern["wgmma_shapes"], flush=True)
+    payload["probes"] = probes(args.quick)
+    cached_kernels(cache_dir, seen)  # the probes' cache entries are already described above
+    payload["splitkv"] = splitkv(args.quick, cache_dir, seen)
+    payload["seconds"] = time.perf_counter() - start
+    if args.quick:
+        print(json.dumps(payload, indent=1)[:4000])
+        return
+    print("saved", recorded.save(args.name, payload), f"in {payload['seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
