@@ -1,0 +1,19 @@
+"""Triton kernels: the chapter-9 primer (vector add, fused softmax, tiled matmul) and
+FlashAttention-2 forward and backward (chapters 10 and 11), behind one public API.
+
+    from flashtext.kernels import flash_attention
+    o = flash_attention(q, k, v, causal=True)   # (batch, heads, seq, head_dim), differentiable
+    o, lse = attention_forward(q, k, v)         # the forward kernel alone, with log-sum-exp
+
+Importing flashtext first decides whether Triton compiles for the GPU or runs its interpreter.
+"""
+
+from flashtext import _boot  # noqa: F401  (sets TRITON_INTERPRET before triton is imported)
+from flashtext.kernels.api import (
+    FlashAttentionFunction,
+    attention_backward,
+    attention_forward,
+    flash_attention,
+)
+
+__all__ = ["FlashAttentionFunction", "attention_backward", "attention_forward", "flash_attention"]

@@ -1,0 +1,98 @@
+"""Launch parameters of the attention kernels, chosen in one place.
+
+Every kernel in :mod:`flashtext.kernels.forward` and :mod:`flashtext.kernels.backward` takes
+``BLOCK_M``, ``BLOCK_N`` (compile-time constants) and ``num_warps``, ``num_stages`` (launch
+options) from :func:`_config`. Under the CPU interpreter there is exactly one configuration (the
+interpreter runs a program at a time in NumPy: bigger tiles mean fewer programs and a faster run,
+and autotuning with several configurations fails there). On a GPU this is the hook for tuning:
+replace the table, or return the winner of a benchmark; the kernels themselves do not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from flashtext import _boot
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
+LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * ln(2)
+MAX_HEAD_DIM = 256
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One launch configuration: tile sizes (rows of Q x rows of K/V) and launch options."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def smaller(self) -> KernelConfig | None:
+        """The next configuration to try when this one does not fit in shared memory/registers."""
+        if self.num_stages > 1:
+            return replace(self, num_stages=self.num_stages - 1)
+        if self.BLOCK_N > 16:
+            return replace(self, BLOCK_N=self.BLOCK_N // 2, num_stages=2)
+        if self.BLOCK_M > 16:
+            return replace(self, BLOCK_M=self.BLOCK_M // 2, num_stages=2)
+        return None
+
+
+def block_d(head_dim: int) -> int:
+    """The head dimension as the kernels tile it: the next power of two, at least 16.
+
+    ``tl.arange`` needs a power of two and ``tl.dot`` needs every side >= 16; the extra columns
+    are masked on load (read as 0, which adds nothing to q . k) and never stored.
+    """
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def _config(kernel: str, head_dim: int, dtype_bytes: int, causal: bool, n_q: int,
+            n_k: int) -> KernelConfig:
+    """Pick BLOCK_M, BLOCK_N, num_warps, num_stages for ``kernel`` in {"fwd", "bwd_dkdv",
+    "bwd_dq", "bwd_pre"}.
+
+    The GPU table is deliberately plain and conservative (it must fit every head dimension up to
+    256 in fp32 on one SM's shared memory); the launcher also steps down through
+    :meth:`KernelConfig.smaller` if the compiler reports that a configuration does not fit.
+    Tuning for speed belongs here.
+    """
+    del causal, n_q, n_k  # a tuned table would key on them; this one does not (yet)
+    if _boot.INTERPRETING:
+        return KernelConfig(BLOCK_M=32, BLOCK_N=32, num_warps=1, num_stages=1)
+    d = block_d(head_dim)
+    if kernel == "bwd_pre":
+        return KernelConfig(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1)
+    big = d * dtype_bytes  # bytes of one row of a tile
+    if big <= 128:  # d <= 64 in fp16/bf16, d <= 32 in fp32
+        blocks = (64, 64) if kernel != "fwd" else (128, 64)
+    elif big <= 256:
+        blocks = (64, 64) if kernel == "fwd" else (64, 32)
+    else:
+        blocks = (64, 32) if kernel == "fwd" else (32, 32)
+    warps = 8 if blocks[0] * d >= 128 * 64 else 4
+    return KernelConfig(BLOCK_M=blocks[0], BLOCK_N=blocks[1], num_warps=warps, num_stages=2)
+
+
+def launch(kernel_fn, grid_fn, config: KernelConfig, *args, **constexprs) -> KernelConfig:
+    """Launch ``kernel_fn[grid_fn(config)](*args, **constexprs, BLOCK_M=..., BLOCK_N=...)``.
+
+    If the compiler says the configuration needs more shared memory or registers than the GPU
+    has, retry with :meth:`KernelConfig.smaller`. Returns the configuration that ran.
+    """
+    from triton.runtime.errors import OutOfResources
+
+    current: KernelConfig | None = config
+    while current is not None:
+        try:
+            kernel_fn[grid_fn(current)](
+                *args, **constexprs, BLOCK_M=current.BLOCK_M, BLOCK_N=current.BLOCK_N,
+                num_warps=current.num_warps, num_stages=current.num_stages)
+            return current
+        except OutOfResources:
+            nxt = current.smaller()
+            if nxt is None:
+                raise
+            current = nxt
+    raise AssertionError("unreachable")

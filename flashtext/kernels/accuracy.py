@@ -1,0 +1,178 @@
+"""How accurate is the kernel? Errors against the float64 reference, judged against PyTorch.
+
+A fixed tolerance ("1e-3 for fp16") is arbitrary. The question that matters is whether our
+kernel is as accurate as the attention a reader would otherwise run in the same dtype. So each
+case computes three things from the same low-precision inputs:
+
+* ``ref``: float64 ground truth (:mod:`flashtext.reference`), from the inputs upcast exactly;
+* ``ours``: the Triton kernels (O, lse, dQ, dK, dV);
+* ``torch``: plain PyTorch attention in the input dtype (matmul, softmax, matmul; autograd for
+  the gradients), the usual "what you had before" baseline;
+
+and the test is ``err(ours) <= FACTOR * err(torch) + floor``, errors being max absolute
+differences to ``ref``. This is FlashAttention's own test criterion (``tests/test_flash_attn.py``
+in Dao-AILab/flash-attention compares against twice the error of PyTorch in the same dtype).
+The ``floor`` (two unit roundoffs of the largest reference value: storing the result in the
+dtype rounds it once) covers cases where
+PyTorch happens to be almost exact, e.g. N=1 where the output is just v.
+
+Used by ``tests/test_kernels_*.py`` and ``scripts/record_accuracy.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from flashtext import reference
+from flashtext.kernels.api import attention_backward, attention_forward
+
+FACTOR = 2.0  # ours may be at most twice as far from float64 as PyTorch in the same dtype
+ULPS = 2.0  # ... plus two unit roundoffs of the largest reference value (its own rounding)
+UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+QUANTITIES = ("o", "lse", "dq", "dk", "dv")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One configuration of the correctness sweep."""
+
+    batch: int
+    heads: int
+    n_q: int
+    n_k: int
+    head_dim: int
+    causal: bool
+    dtype: str  # "float32", "float16", "bfloat16"
+    seed: int = 0
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def label(self) -> str:
+        return (f"{self.dtype} B{self.batch} H{self.heads} Nq{self.n_q} Nk{self.n_k} "
+                f"d{self.head_dim}{' causal' if self.causal else ''}")
+
+
+def make_inputs(case: Case, device: str | torch.device):
+    """Seeded q, k, v, dO: standard normal, rounded to the case's dtype."""
+    g = torch.Generator().manual_seed(case.seed)
+    shape_q = (case.batch, case.heads, case.n_q, case.head_dim)
+    shape_k = (case.batch, case.heads, case.n_k, case.head_dim)
+    q, do = (torch.randn(shape_q, generator=g) for _ in range(2))
+    k, v = (torch.randn(shape_k, generator=g) for _ in range(2))
+    return tuple(t.to(device=device, dtype=case.torch_dtype) for t in (q, k, v, do))
+
+
+def torch_attention(q, k, v, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain PyTorch attention in the inputs' dtype, causal aligned bottom-right; returns
+    (O, lse). A query that sees no key gets O = 0 (softmax of an all -inf row is NaN)."""
+    s = (q @ k.transpose(-1, -2)) * sm_scale
+    if causal:
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        keep = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril(n_k - n_q)
+        s = s.masked_fill(~keep, float("-inf"))
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return p @ v, torch.logsumexp(s.float(), dim=-1)
+
+
+def _max_abs(a: np.ndarray, b: np.ndarray) -> float:
+    """Max |a - b| over entries where b is finite; inf where a and b disagree on +-inf."""
+    fin = np.isfinite(b)
+    if not np.array_equal(np.isneginf(a), np.isneginf(b)):
+        return math.inf
+    if not fin.any():
+        return 0.0
+    return float(np.max(np.abs(a[fin] - b[fin])))
+
+
+@dataclass(frozen=True)
+class Errors:
+    """Max absolute error of ours and of PyTorch against float64, per quantity."""
+
+    label: str
+    dtype: torch.dtype
+    ours: dict[str, float]
+    torch: dict[str, float]
+    scale: dict[str, float]  # max |reference| per quantity, for the floor
+
+    def bound(self, name: str) -> float:
+        # lse is computed and stored in fp32 whatever the input dtype
+        u = UNIT_ROUNDOFF[torch.float32 if name == "lse" else self.dtype]
+        return FACTOR * self.torch[name] + ULPS * u * max(self.scale[name], 1.0)
+
+    def failures(self) -> list[str]:
+        return [f"{name}: ours {self.ours[name]:.3g} > bound {self.bound(name):.3g} "
+                f"(torch {self.torch[name]:.3g})"
+                for name in self.ours if not self.ours[name] <= self.bound(name)]
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+def compare(q, k, v, do=None, causal: bool = False, sm_scale: float | None = None,
+            label: str = "") -> Errors:
+    """Run ours, PyTorch and the float64 reference on these inputs and compare. With ``do``
+    also the gradients dq, dk, dv of sum(O * do)."""
+    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    o, lse = attention_forward(q, k, v, causal=causal, sm_scale=sm_scale)
+    o_ref, lse_ref = reference.attention(q, k, v, causal=causal, scale=sm_scale,
+                                         return_lse=True)
+    leaves = [t.detach().clone().requires_grad_(do is not None) for t in (q, k, v)]
+    o_pt, lse_pt = torch_attention(*leaves, causal=causal, sm_scale=sm_scale)
+    ours = {"o": _max_abs(_np(o), o_ref), "lse": _max_abs(_np(lse), lse_ref)}
+    theirs = {"o": _max_abs(_np(o_pt), o_ref), "lse": _max_abs(_np(lse_pt), lse_ref)}
+    scale = {"o": float(np.max(np.abs(o_ref), initial=0.0)),
+             "lse": float(np.max(np.abs(lse_ref[np.isfinite(lse_ref)]), initial=0.0))}
+    if do is not None:
+        got = attention_backward(do, q, k, v, o, lse, causal=causal, sm_scale=sm_scale)
+        want = reference.attention_backward(q, k, v, do, causal=causal, scale=sm_scale)
+        pt = torch.autograd.grad(o_pt, leaves, do)
+        for name, g, w, p in zip(("dq", "dk", "dv"), got, want, pt, strict=True):
+            ours[name] = _max_abs(_np(g), w)
+            theirs[name] = _max_abs(_np(p), w)
+            scale[name] = float(np.max(np.abs(w), initial=0.0))
+    return Errors(label, q.dtype, ours, theirs, scale)
+
+
+def measure(case: Case, device: str | torch.device, grads: bool = True) -> Errors:
+    """:func:`compare` on the seeded inputs of one sweep case."""
+    q, k, v, do = make_inputs(case, device)
+    return compare(q, k, v, do if grads else None, causal=case.causal, label=case.label())
+
+
+def sweep_cases(size: str, dtypes: tuple[str, ...], seed: int = 0) -> list[Case]:
+    """The correctness sweep. ``size="cpu"``: small shapes for the interpreter; ``"gpu"``:
+    longer sequences, every head_dim up to 256. Every sequence length in {1, 17, 64, 100, 129,
+    256} appears as N_q and as N_k, mostly paired with a different other length, both causal
+    and not, with batch and heads > 1."""
+    lengths = [1, 17, 64, 100, 129, 256]
+    if size == "cpu":
+        dims = [16, 32, 64, 40, 128]
+        batch, heads = 2, 2
+    elif size == "gpu":
+        lengths += [512, 1000, 1024, 2048]
+        dims = [16, 32, 64, 128, 256, 40, 80, 96]
+        batch, heads = 2, 3
+    else:
+        raise ValueError(f"size must be 'cpu' or 'gpu', got {size!r}")
+    rng = np.random.default_rng(seed)
+    cases = []
+    for dtype in dtypes:
+        for i, n_q in enumerate(lengths):
+            # each length meets a shuffled partner (sometimes itself) once causal, once not
+            partners = rng.permutation(lengths)
+            for causal, n_k in ((False, partners[0]), (True, partners[1])):
+                d = dims[(i + 2 * causal + len(cases)) % len(dims)]
+                cases.append(Case(batch, heads, int(n_q), int(n_k), d, causal, dtype,
+                                  seed=len(cases)))
+    return cases
+
+
+__all__ = ["Case", "Errors", "FACTOR", "compare", "measure", "make_inputs", "sweep_cases",
+           "torch_attention"]

@@ -1,0 +1,188 @@
+"""The FlashAttention-2 forward kernel in Triton (chapter 10).
+
+One program computes one block of BLOCK_M query rows of one (batch, head): it loads its Q tile
+once, streams over the K/V tiles with the online softmax (running max ``m_i``, running sum
+``l_i``, unnormalised output ``acc``), divides by ``l_i`` once at the end (delayed
+normalisation) and writes the output block and the log-sum-exp ``lse`` of each row, the one
+statistic the backward pass needs.
+
+Names follow Algorithm 1 and the NumPy FA2 code of chapter 7 (``flashtext.fa2``): ``BLOCK_M``
+(B_r) and ``BLOCK_N`` (B_c) are the tile heights, ``start_m``/``start_n`` the first row of the
+current Q/K tile, ``m_i``/``l_i``/``acc`` the running statistics, ``sm_scale`` the softmax scale.
+
+Exponentials are base 2 (``exp2`` is the GPU's native instruction; ``exp(x) = exp2(x log2 e)``):
+the scores are multiplied by ``qk_scale = sm_scale * log2(e)`` once, so ``m_i`` and the
+exponents live in log2 units and ``lse`` is converted back to natural log when it is stored.
+
+Causal masks are aligned to the bottom-right corner (query ``i`` of ``N_Q`` sees keys
+``j <= i + N_K - N_Q``; ``flashtext.reference.causal_mask``). For each Q block the key range
+splits into three parts: blocks every row of the tile may see in full (no mask computed), the
+band of blocks that cross the diagonal or the end of K (masked), and blocks above the diagonal
+(skipped: never loaded).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from flashtext.kernels._config import LN2, LOG2E, KernelConfig, _config, block_d, launch
+
+
+@triton.jit
+def _fwd_inner(acc, l_i, m_i, q, K, V, stride_kn, stride_kd, stride_vn, stride_vd,
+               start_m, lo, hi, qk_scale, N_K, CAUSAL_OFFSET,
+               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+               INPUT_PRECISION: tl.constexpr):
+    """Fold the K/V tiles starting at ``lo, lo + BLOCK_N, ... < hi`` into (acc, l_i, m_i).
+
+    MASKED=False: every score in these tiles is visible to every row (no mask, no bounds check
+    on K/V). MASKED=True: tiles on the causal diagonal or past the end of K; scores of hidden
+    keys become -inf, and a row that has seen no key yet is kept finite (see ``m_safe``).
+    """
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM  # padding columns of a head_dim that is not a power of two
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        # K^T tile (BLOCK_D x BLOCK_N) and V tile (BLOCK_N x BLOCK_D), straight from HBM
+        k_ptrs = K + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
+        v_ptrs = V + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASKED:
+            n_ok = offs_n < N_K
+            k = tl.load(k_ptrs, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+            v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        else:
+            k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
+            v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+        # S_ij = Q_i K_j^T, in log2 units: qk * qk_scale = (sm_scale * log2 e) * q.k
+        qk = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale
+        if MASKED:
+            visible = n_ok[None, :]
+            if CAUSAL:
+                visible = visible & (offs_n[None, :] <= offs_m[:, None] + CAUSAL_OFFSET)
+            qk = tl.where(visible, qk, float("-inf"))
+        # Algorithm 1 line 11: the new running max, per row
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        if MASKED:
+            # a row that has seen only hidden keys has m_ij = -inf; subtracting it would give
+            # -inf - (-inf) = NaN. Subtract 0 instead: its p and alpha are then exactly 0.
+            m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+        else:
+            m_safe = m_ij
+        p = tl.math.exp2(qk - m_safe[:, None])  # P~_ij, entries in [0, 1]
+        alpha = tl.math.exp2(m_i - m_safe)  # rescales what was accumulated under the old max
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # line 12 without the division (FA2: O stays unnormalised until the very end)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=INPUT_PRECISION)
+        m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, O, LSE, sm_scale,
+              stride_qz, stride_qh, stride_qm, stride_qd,
+              stride_kz, stride_kh, stride_kn, stride_kd,
+              stride_vz, stride_vh, stride_vn, stride_vd,
+              stride_oz, stride_oh, stride_om, stride_od,
+              H, N_Q, N_K,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    # grid = (query blocks, batch * heads): program (i, zh) owns rows [start_m, start_m+BLOCK_M)
+    start_m = tl.program_id(0) * BLOCK_M
+    off_zh = tl.program_id(1)
+    off_z = off_zh // H
+    off_h = off_zh % H
+    # int64 offsets: batch * head strides overflow int32 on large tensors
+    Q += off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
+    K += off_z.to(tl.int64) * stride_kz + off_h.to(tl.int64) * stride_kh
+    V += off_z.to(tl.int64) * stride_vz + off_h.to(tl.int64) * stride_vh
+    O += off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh
+    LSE += off_zh.to(tl.int64) * N_Q
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    m_ok = offs_m < N_Q
+    d_ok = offs_d < HEAD_DIM
+
+    # the Q tile is loaded once and stays on chip for the whole loop (the FA2 loop order)
+    q = tl.load(Q + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    # m_i = -inf and l_i = 0: "nothing seen yet" (Triton's tutorial starts l_i at 1.0; we keep
+    # 0 so that a row that never sees a key is recognisable at the end)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634  # log2(e) folded into the scale
+
+    # Which K/V tiles does this Q block need?  Row i sees keys j <= i + CAUSAL_OFFSET (causal)
+    # and j < N_K.  [0, mid): tiles every row sees in full -> no mask.  [mid, hi): the diagonal
+    # band and the ragged end of K -> masked.  [hi, N_K): above the diagonal -> skipped.
+    CAUSAL_OFFSET = N_K - N_Q
+    if CAUSAL:
+        # keys seen by the tile's last row (hi) and by its first row (rounded down to a tile)
+        hi = tl.maximum(tl.minimum(N_K, start_m + BLOCK_M + CAUSAL_OFFSET), 0)
+        first_row_sees = tl.maximum(tl.minimum(N_K, start_m + CAUSAL_OFFSET + 1), 0)
+        mid = first_row_sees // BLOCK_N * BLOCK_N
+    else:
+        hi = N_K
+        mid = N_K // BLOCK_N * BLOCK_N
+
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K, V, stride_kn, stride_kd, stride_vn,
+                               stride_vd, start_m, 0, mid, qk_scale, N_K, CAUSAL_OFFSET,
+                               HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, False, CAUSAL,
+                               INPUT_PRECISION)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K, V, stride_kn, stride_kd, stride_vn,
+                               stride_vd, start_m, mid, hi, qk_scale, N_K, CAUSAL_OFFSET,
+                               HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL,
+                               INPUT_PRECISION)
+
+    # epilogue: delayed normalisation (one division per row, not one per tile), and
+    # lse = m + log(l) in natural log. A row that saw no key (l_i = 0) gets O = 0, lse = -inf.
+    seen = l_i > 0.0
+    l_safe = tl.where(seen, l_i, 1.0)
+    acc = acc / l_safe[:, None]
+    lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+    tl.store(LSE + offs_m, lse, mask=m_ok)
+    tl.store(O + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+             acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
+
+
+def input_precision(dtype: torch.dtype) -> str:
+    """fp32 inputs get full-precision dots ("ieee"): on a GPU Triton would otherwise round
+    them to TF32 (10-bit mantissa), errors near 1e-3. fp16/bf16 are unaffected by the choice."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
+            config: KernelConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the forward kernel on validated inputs (see :mod:`flashtext.kernels.api`).
+
+    q is (Z, H, N_Q, d), k and v (Z, H, N_K, d), any strides. Returns O (contiguous, q's dtype)
+    and lse (Z, H, N_Q) float32, natural log. ``config`` overrides :func:`_config` (tests use it
+    to try several tile shapes).
+    """
+    z, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    o = torch.empty((z, h, n_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((z, h, n_q), dtype=torch.float32, device=q.device)
+    if o.numel() == 0:
+        lse.fill_(float("-inf"))
+        return o, lse
+    if config is None:
+        config = _config("fwd", d, q.element_size(), causal, n_q, n_k)
+
+    def grid(c: KernelConfig):
+        return (triton.cdiv(n_q, c.BLOCK_M), z * h)
+
+    launch(_attn_fwd, grid, config, q, k, v, o, lse, sm_scale,
+           *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, n_q, n_k,
+           HEAD_DIM=d, BLOCK_D=block_d(d), CAUSAL=causal,
+           INPUT_PRECISION=input_precision(q.dtype))
+    return o, lse
+
+
+__all__ = ["LN2", "LOG2E", "forward"]
