@@ -1,0 +1,334 @@
+"""Chapters 4-5's widgets: the SRAM budget of Algorithm 1, and a line-12 stepper.
+
+* :class:`SRAMBudget` (chapter 4, Play): choose M, d and N; see Bc, Br, Tr, Tc, the tile grid of
+  the N x N score matrix (which is never stored) and how full the SRAM is in one iteration.
+* :class:`Line12Stepper` (chapter 5): step through the key blocks of one row block and watch the
+  green (already folded) and yellow (on chip now) keys, and one query row's softmax weights.
+
+Both are state objects with ``figure()`` and ``widget()`` reading the same state; all numbers
+come from :mod:`flashtext.cost` and :mod:`flashtext.tiled`, nothing is recomputed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashtext import cost, reference, tiled
+from flashtext.hardware import GPUS
+
+TILE_COLORS = {"K_j": "#4c72b0", "V_j": "#55a868", "Q_i": "#8172b2", "O_i": "#ccb974",
+               "S_ij": "#c44e52", "l_i, m_i": "#64b5cd", "line 10-11 row stats": "#999999"}
+GREEN, YELLOW, FUTURE = "#7fc97f", "#ffd92f", "#eeeeee"
+M_CHOICES = sorted({2 ** k for k in range(8, 19)} | {3 * 2 ** k for k in range(8, 17)})
+
+
+def _redraw_into(out, obj) -> None:
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    with out:
+        out.clear_output(wait=True)
+        fig = obj.figure()
+        display(fig)
+        plt.close(fig)
+
+
+def _check_positive(**values) -> None:
+    for name, value in values.items():
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def gpu_presets(bytes_per_element: int = 2) -> dict[str, int]:
+    """M in elements for each GPU's shared memory per SM (fp16/bf16 by default)."""
+    return {f"{name} ({g.smem_per_sm // 1024} KB)": g.smem_per_sm // bytes_per_element
+            for name, g in GPUS.items()}
+
+
+def _edges(n: int, block: int) -> np.ndarray:
+    return np.minimum(np.arange(0, n + block, block), n)
+
+
+# -------------------------------------------------------------------------------- SRAM budget
+
+@dataclass
+class SRAMBudget:
+    """Algorithm 1's line 1 and its SRAM budget for one choice of (M, d, N).
+
+    ``step`` is the (0-based) iteration of the doubly nested loop, in Algorithm 1's order (outer
+    over key blocks j, inner over query blocks i).
+    """
+
+    m_elements: int = 4096
+    d: int = 64
+    n: int = 256
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        _check_positive(m_elements=self.m_elements, d=self.d, n=self.n)
+        total = self.grid()["Tr"] * self.grid()["Tc"]
+        self.step = int(min(max(self.step, 0), total - 1))
+
+    def grid(self) -> dict[str, int]:
+        return cost.fa1_grid(self.n, self.d, self.m_elements)
+
+    def tiles(self) -> dict[str, int]:
+        return cost.fa1_sram_elements(self.m_elements, self.d)
+
+    def current(self) -> tuple[int, int]:
+        """(i, j) of ``step``: j = step // Tr, i = step % Tr."""
+        tr = self.grid()["Tr"]
+        return self.step % tr, self.step // tr
+
+    def state(self) -> dict:
+        g, tiles = self.grid(), self.tiles()
+        paper = cost.fa1_paper_budget(self.m_elements, self.d)
+        return {**g, "iterations": g["Tr"] * g["Tc"], "collapsed": g["Bc"] <= self.d,
+                "paper_budget": paper, "with_row_stats": sum(tiles.values()),
+                "fits": paper <= self.m_elements,
+                "hbm_fa1": cost.fa1_hbm_total(self.n, self.d, self.m_elements),
+                "hbm_standard": cost.standard_attention_hbm_total(self.n, self.d)}
+
+    def caption(self) -> str:
+        s = self.state()
+        why = ("Bc <= d, so the min collapses: Br = Bc" if s["collapsed"]
+               else f"Br capped at d = {self.d}")
+        fit = (f"paper's budget {s['paper_budget']:,} <= M" if s["fits"] else
+               f"paper's budget {s['paper_budget']:,} EXCEEDS M by "
+               f"{s['paper_budget'] - self.m_elements:,}")
+        return (f"M = {self.m_elements:,} elements, d = {self.d}, N = {self.n}:  "
+                f"Bc = {s['Bc']}, Br = {s['Br']} ({why});  Tr = {s['Tr']}, Tc = {s['Tc']}, "
+                f"{s['iterations']:,} iterations\n{fit};  HBM accesses: Algorithm 1 "
+                f"{s['hbm_fa1']:,} vs standard {s['hbm_standard']:,} elements")
+
+    def figure(self):
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Rectangle
+
+        s = self.state()
+        fig, (ax, bar) = plt.subplots(1, 2, figsize=(11, 4.4),
+                                      gridspec_kw={"width_ratios": [1, 1.35]})
+        # left: the N x N score matrix as a Tr x Tc grid of Br x Bc tiles
+        rows, cols = _edges(self.n, s["Br"]), _edges(self.n, s["Bc"])
+        i, j = self.current()
+        status = np.zeros((s["Tr"], s["Tc"]))
+        status[:, :j] = 1
+        status[:i, j] = 1
+        status[i, j] = 2
+        from matplotlib.colors import ListedColormap
+
+        ax.pcolormesh(cols, rows, status, cmap=ListedColormap([FUTURE, "#b9d3ee", YELLOW]),
+                      vmin=0, vmax=2, edgecolors="k" if s["iterations"] <= 1024 else "none",
+                      linewidth=0.3)
+        ax.add_patch(Rectangle((cols[j], 0), cols[j + 1] - cols[j], self.n, fill=False,
+                               ec="#4c72b0", lw=2, label=f"K_j, V_j (j={j + 1})"))
+        ax.add_patch(Rectangle((0, rows[i]), self.n, rows[i + 1] - rows[i], fill=False,
+                               ec="#8172b2", lw=2, label=f"Q_i, O_i (i={i + 1})"))
+        ax.set_xlim(0, self.n)
+        ax.set_ylim(self.n, 0)
+        ax.set_aspect("equal")
+        ax.set_xlabel(f"keys: Tc = {s['Tc']} blocks of Bc = {s['Bc']}")
+        ax.set_ylabel(f"queries: Tr = {s['Tr']} blocks of Br = {s['Br']}")
+        ax.set_title(f"iteration {self.step + 1} of {s['iterations']:,} (yellow: S_ij on chip)",
+                     fontsize=9)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7)
+        # right: what one iteration holds on chip, against M
+        left = 0
+        for name, size in self.tiles().items():
+            bar.barh(0, size, left=left, color=TILE_COLORS[name], edgecolor="white",
+                     label=f"{name}: {size:,}")
+            left += size
+        bar.axvline(self.m_elements, color="k", lw=2)
+        bar.text(self.m_elements, 0.45, " M", va="bottom", fontsize=9)
+        if left > self.m_elements:
+            bar.barh(0, left - self.m_elements, left=self.m_elements, fill=False, hatch="///",
+                     edgecolor="red", lw=0)
+            paper_over = s["paper_budget"] - self.m_elements
+            bar.text(self.m_elements, -0.5, f"over M by {left - self.m_elements:,} "
+                     f"({paper_over:,} without the line 10-11 row stats)", color="red",
+                     ha="right", va="top", fontsize=8)
+        bar.set_xlim(0, max(left, self.m_elements) * 1.05)
+        bar.set_ylim(-0.9, 0.9)
+        bar.set_yticks([])
+        bar.set_xlabel("elements on chip during one (i, j) iteration")
+        bar.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, fontsize=7)
+        bar.set_title(f"SRAM fill: {left:,} of M = {self.m_elements:,} "
+                      f"({100 * left / self.m_elements:.0f}%)", fontsize=9)
+        fig.suptitle(self.caption(), fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    def widget(self):
+        import ipywidgets as w
+
+        out = w.Output()
+        presets = gpu_presets()
+        options = sorted(set(M_CHOICES) | set(presets.values()) | {self.m_elements})
+        m = w.SelectionSlider(options=options, value=self.m_elements, description="M (elements)",
+                              continuous_update=False, style={"description_width": "initial"})
+        gpu = w.Dropdown(options=["(choose)"] + list(presets), description="GPU, fp16")
+        d = w.Dropdown(options=[16, 32, 64, 128, 256], value=self.d, description="d")
+        n = w.IntSlider(value=self.n, min=16, max=4096, step=16, description="N",
+                        continuous_update=False)
+        step = w.IntSlider(value=self.step, min=0, max=self.state()["iterations"] - 1,
+                           description="iteration", continuous_update=False)
+        for control, cls in ((m, "ft-sram-m"), (gpu, "ft-sram-gpu"), (d, "ft-sram-d"),
+                             (n, "ft-sram-n"), (step, "ft-sram-step")):
+            control.add_class(cls)
+
+        def redraw(_=None):
+            self.m_elements, self.d, self.n, self.step = m.value, d.value, n.value, step.value
+            self.validate()
+            step.max = self.state()["iterations"] - 1
+            _redraw_into(out, self)
+
+        def pick_gpu(change):
+            if change["new"] in presets:
+                m.value = presets[change["new"]]
+
+        gpu.observe(pick_gpu, names="value")
+        for control in (m, d, n, step):
+            control.observe(redraw, names="value")
+        redraw()
+        box = w.VBox([w.HBox([m, gpu]), w.HBox([d, n, step]), out])
+        box.add_class("ft-sram-budget")
+        return box
+
+
+# ----------------------------------------------------------------------------- line-12 stepper
+
+@dataclass
+class Line12Stepper:
+    """Walk the key blocks j of one row block i of a small Algorithm 1 run (0-based i, j).
+
+    The figure colours row block i: key blocks already folded into O_i green, the one on chip
+    yellow; and plots, for query row ``query`` of that block, the softmax weights the current
+    O_i uses (diag(l_new)^-1 e^{s - m_new}) next to the exact softmax over the keys seen so far.
+    """
+
+    n: int = 12
+    d: int = 4
+    m_elements: int = 48  # Bc = Br = 3: a 4 x 4 grid of 3 x 3 tiles
+    i: int = 1
+    j: int = 2
+    query: int = 1  # with seed 0 this row's max rises at j = 3, so line 12 has work to do
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        _check_positive(n=self.n, d=self.d, m_elements=self.m_elements)
+        g = cost.fa1_grid(self.n, self.d, self.m_elements)
+        for name, top in (("i", g["Tr"]), ("j", g["Tc"])):
+            value = getattr(self, name)
+            if not 0 <= value < top:
+                raise ValueError(f"{name} must be in [0, {top}), got {value}")
+        rows = min(g["Br"], self.n - self.i * g["Br"])
+        self.query = int(min(max(self.query, 0), rows - 1))
+
+    def _run(self) -> tiled.Run:
+        rng = np.random.default_rng(self.seed)
+        self._qkv = tuple(2.0 * rng.standard_normal((self.n, self.d)) for _ in range(3))
+        budget = sum(cost.fa1_sram_elements(self.m_elements, self.d).values())
+        return tiled.flash_attention(*self._qkv, self.m_elements, trace=True,
+                                     sram_elements=budget)
+
+    def step(self) -> tiled.Step:
+        """The :class:`flashtext.tiled.Step` at (i, j)."""
+        run = self._run()
+        return next(s for s in run.steps if (s.i, s.j) == (self.i, self.j))
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """For the chosen query row: the weights O_i uses now, and the exact ones so far."""
+        st = self.step()
+        q, k, _ = self._qkv
+        row = st.rows.start + self.query
+        s = reference.scores(q[row:row + 1], k)[0]
+        used = np.exp(s - st.m_new[self.query]) / st.l_new[self.query]
+        used[st.keys_seen.stop:] = 0.0  # keys not seen yet carry no weight
+        exact = np.zeros_like(used)
+        exact[:st.keys_seen.stop] = reference.softmax(s[:st.keys_seen.stop])
+        return {"used": used, "exact": exact, "scores": s}
+
+    def caption(self) -> str:
+        st = self.step()
+        r = self.query
+        w = self.weights()
+        err = np.abs(w["used"] - w["exact"]).max()
+        return (f"row block i={self.i + 1}, key block j={self.j + 1} (paper's 1-based indices)\n"
+                f"query row {st.rows.start + r}: m {st.m_old[r]:.3f} -> {st.m_new[r]:.3f}, "
+                f"l {st.l_old[r]:.3f} -> {st.l_new[r]:.3f}; "
+                f"max |weights - exact softmax so far| = {err:.1e}")
+
+    def figure(self):
+        import matplotlib.pyplot as plt
+        from matplotlib.colors import ListedColormap
+
+        st = self.step()
+        g = cost.fa1_grid(self.n, self.d, self.m_elements)
+        fig, (ax, wx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 2]})
+        status = np.zeros((g["Tr"], g["Tc"]))
+        status[self.i, :self.j] = 1
+        status[self.i, self.j] = 2
+        rows, cols = _edges(self.n, g["Br"]), _edges(self.n, g["Bc"])
+        ax.pcolormesh(cols, rows, status, cmap=ListedColormap([FUTURE, GREEN, YELLOW]),
+                      vmin=0, vmax=2, edgecolors="k", linewidth=0.8)
+        for jj in range(g["Tc"]):
+            ax.text((cols[jj] + cols[jj + 1]) / 2, -0.3, f"j={jj + 1}", ha="center", fontsize=8)
+        for ii in range(g["Tr"]):
+            ax.text(-0.3, (rows[ii] + rows[ii + 1]) / 2, f"i={ii + 1}", ha="right",
+                    va="center", fontsize=8)
+        row = st.rows.start + self.query
+        ax.axhline(row + 0.5, color="k", ls=":", lw=1)
+        ax.set_xlim(0, self.n)
+        ax.set_ylim(self.n, 0)
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title("green: folded into O_i   yellow: on chip now", fontsize=9, pad=22)
+        w = self.weights()
+        keys = np.arange(self.n)
+        colors = [GREEN if kk < st.cols.start else YELLOW if kk < st.cols.stop else FUTURE
+                  for kk in keys]
+        wx.bar(keys, w["used"], color=colors, edgecolor="k", lw=0.5,
+               label="weights O_i uses now: e^(s - m_new) / l_new")
+        seen = keys < st.keys_seen.stop
+        wx.plot(keys[seen], w["exact"][seen], "kx", ms=8,
+                label="exact softmax over the keys seen so far")
+        wx.set_xlabel("key index")
+        wx.set_ylabel(f"weight of key in row {row}")
+        wx.legend(fontsize=8, loc="upper right")
+        wx.set_ylim(0, max(1e-9, w["used"].max(), w["exact"].max()) * 1.25)
+        fig.suptitle(self.caption(), fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    def widget(self):
+        import ipywidgets as w
+
+        out = w.Output()
+        g = cost.fa1_grid(self.n, self.d, self.m_elements)
+        i = w.IntSlider(value=self.i + 1, min=1, max=g["Tr"], description="row block i")
+        j = w.IntSlider(value=self.j + 1, min=1, max=g["Tc"], description="key block j")
+        query = w.IntSlider(value=self.query, min=0, max=g["Br"] - 1, description="row in block")
+        for control, cls in ((i, "ft-line12-i"), (j, "ft-line12-j"), (query, "ft-line12-row")):
+            control.add_class(cls)
+            control.style = {"description_width": "initial"}
+
+        def redraw(_=None):
+            self.i, self.j, self.query = i.value - 1, j.value - 1, query.value
+            self.validate()
+            _redraw_into(out, self)
+
+        for control in (i, j, query):
+            control.observe(redraw, names="value")
+        redraw()
+        box = w.VBox([w.HBox([i, j, query]), out])
+        box.add_class("ft-line12-stepper")
+        return box

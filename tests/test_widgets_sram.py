@@ -1,0 +1,80 @@
+"""Chapter 4-5 widgets: set the state, check what the figure and caption report."""
+
+import numpy as np
+import pytest
+
+from flashtext import cost
+from flashtext.widgets.sram import Line12Stepper, SRAMBudget, gpu_presets
+
+
+def test_budget_state_follows_line1():
+    b = SRAMBudget(m_elements=4096, d=64, n=256)
+    s = b.state()
+    assert (s["Bc"], s["Br"], s["Tr"], s["Tc"]) == (16, 16, 16, 16)
+    assert s["collapsed"] and not s["fits"] and "EXCEEDS M by 288" in b.caption()
+    b.m_elements = 49152
+    s = b.state()
+    assert (s["Bc"], s["Br"], s["collapsed"], s["fits"]) == (192, 64, False, True)
+    assert "Br capped at d = 64" in b.caption()
+    assert s["hbm_fa1"] == cost.fa1_hbm_total(256, 64, 49152)
+
+
+def test_budget_step_walks_kv_outer_and_is_clamped():
+    b = SRAMBudget(m_elements=4096, d=64, n=100, step=0)  # Tr = Tc = 7
+    assert b.current() == (0, 0)
+    b.step = 8
+    assert b.current() == (1, 1)  # j = 8 // 7, i = 8 % 7
+    b.step = 10_000
+    b.validate()
+    assert b.step == 48
+    with pytest.raises(ValueError, match="d must be a positive integer"):
+        SRAMBudget(d=0)
+
+
+def test_budget_figure_and_widget():
+    import matplotlib.pyplot as plt
+
+    b = SRAMBudget(m_elements=4096, d=64, n=256, step=37)
+    fig = b.figure()
+    assert "iteration 38 of 256" in fig.axes[0].get_title()
+    assert "4,448 of M = 4,096" in fig.axes[1].get_title()
+    plt.close(fig)
+    box = b.widget()
+    m_slider, gpu = box.children[0].children
+    d, n, step = box.children[1].children
+    d.value = 128
+    assert b.d == 128 and b.state()["Bc"] == 8
+    gpu.value = next(k for k in gpu_presets() if k.startswith("H100"))
+    assert b.m_elements == 228 * 1024 // 2
+    n.value = 32
+    assert step.max == b.state()["iterations"] - 1
+    assert "ft-sram-budget" in box._dom_classes
+
+
+def test_line12_stepper_matches_exact_softmax_everywhere():
+    stepper = Line12Stepper()
+    g = cost.fa1_grid(stepper.n, stepper.d, stepper.m_elements)
+    assert (g["Tr"], g["Tc"]) == (4, 4)
+    for i in range(4):
+        for j in range(4):
+            for row in range(3):
+                stepper.i, stepper.j, stepper.query = i, j, row
+                w = stepper.weights()
+                np.testing.assert_allclose(w["used"], w["exact"], atol=1e-15)
+                assert np.all(w["used"][3 * (j + 1):] == 0)
+    stepper.i, stepper.j, stepper.query = 1, 2, 1
+    st = stepper.step()
+    assert st.m_new[1] > st.m_old[1]  # the default view shows a max that moves
+
+
+def test_line12_stepper_controls():
+    import matplotlib.pyplot as plt
+
+    stepper = Line12Stepper()
+    plt.close(stepper.figure())
+    box = stepper.widget()
+    i, j, row = box.children[0].children
+    j.value = 1
+    assert stepper.j == 0 and "key block j=1" in stepper.caption()
+    with pytest.raises(ValueError, match="i must be in"):
+        Line12Stepper(i=9)
