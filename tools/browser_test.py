@@ -496,6 +496,164 @@ def _interact_ch00(page: object, stem: str) -> None:
     box.screenshot(path=str(ARTIFACTS / f"{stem}-tensor-sizes.png"))
 
 
+def _widget(page: object, cls: str, what: str) -> object:
+    box = page.locator(f".{cls}")
+    assert box.count() >= 1, (
+        f"no element with CSS class {cls!r} ({what}): flashtext/widgets must add_class({cls!r})")
+    box = box.first
+    box.scroll_into_view_if_needed()
+    return box
+
+
+def _wait_caption(box: object, pattern: re.Pattern, expect: tuple, what: str,
+                  caption_cls: str) -> None:
+    """Wait until the widget's own text (not its figure: a browser can't read pixels as text)
+    shows a caption matching ``pattern`` whose groups are ``expect``; fail saying what it shows."""
+    last: list[tuple] = []
+
+    def probe() -> bool:
+        m = pattern.search(" ".join(box.inner_text().split()))
+        got = tuple(g.replace(",", "") for g in m.groups()) if m else None  # 10,000 == 10000
+        last[:] = [got] if m else []
+        return got == expect
+
+    try:
+        _wait(what, probe, STEP_MS / 1000, 0.2)
+    except TimeoutError:
+        if not last:
+            raise AssertionError(
+                f"{what}: no text matching {pattern.pattern!r} in the widget; a caption drawn "
+                f"only inside the figure can't be read by the browser test. The widget needs "
+                f"it as text too, e.g. w.HTML(self.caption()) with add_class({caption_cls!r}), "
+                f"updated on every redraw. Its text now: {box.inner_text()[:300]!r}") from None
+        raise AssertionError(f"{what}: expected {expect}, the widget shows {last[0]}") from None
+
+
+def _png(img: object) -> object:
+    """The pixels of an <img> with a data: PNG (what the kernel drew), as an RGB float array."""
+    import base64
+    import io
+
+    import matplotlib.image
+
+    src = img.get_attribute("src") or ""
+    assert src.startswith("data:image/png;base64,"), f"expected an inline PNG, got {src[:60]!r}"
+    rgba = matplotlib.image.imread(io.BytesIO(base64.b64decode(src.split(",", 1)[1])), "png")
+    return rgba[..., :3]
+
+
+def _centroid(rgb: object, color: str, tol: float = 0.04) -> tuple[float, float]:
+    """(x, y) centre of the pixels drawn in ``color`` (hex), in pixels."""
+    import numpy as np
+
+    target = np.array([int(color[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    ys, xs = np.nonzero(np.abs(rgb - target).max(axis=-1) < tol)
+    assert len(xs) > 50, f"no {color} tile found in the figure"
+    return float(xs.mean()), float(ys.mean())
+
+
+TILE_CAPTION = re.compile(r"step (\d+) of (\d+) [—-] query-block (\d+), key-block (\d+)")
+BARS_CAPTION = re.compile(r"at n = (\d+): naive peak memory grows to ([\d,]+) scores; "
+                          r"tiled peak memory stays at ([\d,]+)")
+TILE_ORANGE = "#f0a35e"  # the tile on chip, in TileStepper.figure
+
+
+def _readout(box: object, cls: str) -> str:
+    return box.locator(f".{cls} .widget-readout").first.inner_text().strip()
+
+
+def _interact_tile_stepper(page: object, stem: str) -> None:
+    """Step the tile stepper with the keyboard: the caption counts up and names the tile the
+    loop order visits next, and the highlighted tile moves to it."""
+    box = _widget(page, "ft-tile-stepper", "the tile stepper")
+    n, block = int(_readout(box, "ft-tile-n")), int(_readout(box, "ft-tile-block"))
+    order = box.locator(".ft-tile-order button.mod-active").first.inner_text().strip()
+    t = -(-n // block)  # tiles per side
+    visit = [divmod(k, t) if order == "query-major" else divmod(k, t)[::-1] for k in range(t * t)]
+    step = int(_readout(box, "ft-tile-step"))
+    img = box.locator(".widget-output img").first
+    _wait_caption(box, TILE_CAPTION, tuple(map(str, (step, t * t, *visit[step - 1]))),
+                  "the tile stepper's first caption", "ft-tile-caption")
+    centres = [_centroid(_png(img), TILE_ORANGE)]
+    box.screenshot(path=str(ARTIFACTS / f"{stem}-tile-stepper-{step}.png"))
+    handle = box.locator(".ft-tile-step .noUi-handle").first
+    for _ in range(2):  # two steps: along the row, then (query-major, 2x2) to the next row
+        if step == t * t:
+            break
+        src = img.get_attribute("src")
+        handle.focus()
+        page.keyboard.press("ArrowRight")
+        step += 1
+        i, j = visit[step - 1]
+        _wait_caption(box, TILE_CAPTION, tuple(map(str, (step, t * t, i, j))),
+                      f"the caption after stepping to {step}", "ft-tile-caption")
+        _wait("the tile figure to redraw", lambda s=src: img.get_attribute("src") != s,
+              STEP_MS / 1000, 0.2)
+        centres.append(_centroid(_png(img), TILE_ORANGE))
+        box.screenshot(path=str(ARTIFACTS / f"{stem}-tile-stepper-{step}.png"))
+        (x0, y0), (x1, y1) = centres[-2], centres[-1]
+        di, dj = i - visit[step - 2][0], j - visit[step - 2][1]
+        # the highlight moves the way the tile index does: right with the key block (columns),
+        # down with the query block (rows); a tile is many pixels, so signs are unambiguous
+        for moved, d, what in ((x1 - x0, dj, "key-block (x)"), (y1 - y0, di, "query-block (y)")):
+            if d == 0:
+                assert abs(moved) < 3, f"highlight moved in {what} by {moved:.0f} px, expected not"
+            else:
+                assert moved * d > 3, (f"highlight moved {moved:.0f} px in {what}; "
+                                       f"expected {'+' if d > 0 else '-'} (tile {i},{j})")
+
+
+def _interact_memory_bars(page: object, stem: str) -> None:
+    """Move the memory-bars slider: at n = 16 (block 2) naive holds 256 scores and tiled 4;
+    at n = 100 naive holds 10,000 and tiled still 4."""
+    box = _widget(page, "ft-memory-bars", "the naive-vs-tiled memory bars")
+    img = box.locator(".widget-output img").first
+    if _readout(box, "ft-bars-block") != "2":
+        _readout_set(page, box.locator(".ft-bars-block").first, 2)
+    for n, naive, tiled in ((16, 256, 4), (100, 10_000, 4), (16, 256, 4)):
+        src = img.get_attribute("src")
+        if _readout(box, "ft-bars-n") != str(n):
+            _readout_set(page, box.locator(".ft-bars-n").first, n)
+            _wait("the memory-bars figure to redraw", lambda s=src: img.get_attribute("src") != s,
+                  STEP_MS / 1000, 0.2)
+        _wait_caption(box, BARS_CAPTION, (str(n), str(naive), str(tiled)),
+                      f"the memory bars at n = {n}", "ft-bars-caption")
+        box.screenshot(path=str(ARTIFACTS / f"{stem}-memory-bars-n{n}.png"))
+
+
+def _interact_checkpoint(page: object, stem: str) -> None:
+    """Answer the checkpoint wrongly (too small, then too big), then rightly: the feedback says
+    so each time. With block 2 the ratio is n^2/4, so the first candidate >= 1000x is the
+    smallest n with n^2 >= 4000, i.e. n >= 64."""
+    box = _widget(page, "ft-checkpoint", "the checkpoint")
+    if _readout(box, "ft-checkpoint-block") != "2":
+        _readout_set(page, box.locator(".ft-checkpoint-block").first, 2)
+    buttons = box.locator(".ft-checkpoint-pick button")
+    cands = sorted(int(b) for b in buttons.all_inner_texts())
+    right = next(n for n in cands if n * n >= 4000)
+    small = [n for n in cands if n < right]
+    big = [n for n in cands if n > right]
+    assert small and big, f"checkpoint candidates {cands} leave no wrong answer on both sides"
+    feedback = box.locator(".ft-checkpoint-feedback").first
+    for pick, verdict in ((small[-1], r"^Not yet"), (big[0], r"smaller candidate"),
+                          (right, r"^Right")):
+        before = feedback.inner_text()
+        box.locator(".ft-checkpoint-pick button", has_text=re.compile(f"^{pick}$")).click()
+        _wait(f"checkpoint feedback after picking {pick}",
+              lambda b=before: feedback.inner_text() != b, STEP_MS / 1000, 0.2)
+        text = " ".join(feedback.inner_text().split())
+        assert re.search(verdict, text), f"picked {pick}: feedback {text!r}, expected {verdict!r}"
+        assert f"n = {pick}" in text, f"picked {pick}: the feedback does not name it: {text!r}"
+        box.screenshot(path=str(ARTIFACTS / f"{stem}-checkpoint-{pick}.png"))
+
+
+def _interact_ch02(page: object, stem: str) -> None:
+    _interact_tile_stepper(page, stem)
+    _interact_memory_bars(page, stem)
+    _interact_checkpoint(page, stem)
+
+
 INTERACTIONS: dict[str, Callable[[object, str], None]] = {
     "00_": _interact_ch00,
+    "02_": _interact_ch02,
 }
