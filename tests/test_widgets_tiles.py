@@ -109,3 +109,51 @@ def test_figures_draw():
 
     for obj in (TileStepper(n=5, block=2, step=3), MemoryBars(), CheckpointPicker(choice=64)):
         plt.close(obj.figure())
+
+
+def test_merge_tree_shapes_all_give_the_exact_statistics():
+    from flashtext.widgets.tiles import SHAPES, MergeTree, tree_depth, tree_leaves
+
+    for blocks in (1, 2, 5, 8):
+        for shape in SHAPES:
+            t = MergeTree(n=13, blocks=blocks, shape=shape, seed=blocks)
+            tree = t.tree()
+            assert sorted(tree_leaves(tree)) == list(range(blocks))
+            st = t.evaluate()
+            assert st.m == t.row().max()
+            np.testing.assert_allclose(st.lse(), ref.logsumexp(t.row()), rtol=1e-14)
+    assert tree_depth(MergeTree(blocks=8, shape="left fold").tree()) == 7
+    assert tree_depth(MergeTree(blocks=8, shape="balanced").tree()) == 3
+    assert MergeTree(blocks=4, shape="left fold").tree() == (((0, 1), 2), 3)
+    with pytest.raises(ValueError, match="blocks"):
+        MergeTree(n=3, blocks=4).tree()
+    with pytest.raises(ValueError, match="shape"):
+        MergeTree(shape="heap").tree()
+
+
+def test_merge_tree_widget_drives_state():
+    from flashtext.widgets.tiles import MergeTree
+
+    t = MergeTree()
+    box = t.widget()
+    blocks, seed = box.children[0].children
+    blocks.value = 7
+    box.children[1].value = "left fold"
+    assert t.blocks == 7 and t.shape == "left fold" and "depth 6" in t.caption()
+
+
+def test_multiple_choice():
+    from flashtext.widgets.tiles import MultipleChoice
+
+    q = MultipleChoice("2 + 2?", {"4": (True, "yes"), "5": (False, "no")})
+    assert q.answers() == ["4"] and q.judge("4").correct and not q.judge("5").correct
+    box = q.widget()
+    box.children[1].value = "5"
+    assert q.choice == "5" and "Not quite" in box.children[2].value
+    with pytest.raises(ValueError, match="options"):
+        q.judge("6")
+    with pytest.raises(ValueError, match="correct"):
+        MultipleChoice("?", {"a": (False, "")})
+    import matplotlib.pyplot as plt
+
+    plt.close(q.figure())

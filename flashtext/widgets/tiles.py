@@ -380,3 +380,209 @@ class CheckpointPicker:
                       w.HBox([block, cands])])
         box.add_class("ft-checkpoint")
         return box
+
+
+# ------------------------------------------------------------------------------ merge tree
+
+Tree = int | tuple  # a leaf (block index) or a pair of subtrees
+
+SHAPES = ("left fold", "balanced", "random")
+
+
+def _balanced(leaves: list[int]) -> Tree:
+    if len(leaves) == 1:
+        return leaves[0]
+    half = (len(leaves) + 1) // 2
+    return (_balanced(leaves[:half]), _balanced(leaves[half:]))
+
+
+def _random_tree(leaves: list[int], rng: np.random.Generator) -> Tree:
+    if len(leaves) == 1:
+        return leaves[0]
+    cut = int(rng.integers(1, len(leaves)))
+    return (_random_tree(leaves[:cut], rng), _random_tree(leaves[cut:], rng))
+
+
+def tree_leaves(tree: Tree) -> list[int]:
+    return [tree] if isinstance(tree, int) else tree_leaves(tree[0]) + tree_leaves(tree[1])
+
+
+def tree_depth(tree: Tree) -> int:
+    return 0 if isinstance(tree, int) else 1 + max(tree_depth(tree[0]), tree_depth(tree[1]))
+
+
+@dataclass
+class MergeTree:
+    """One row of ``n`` scores cut into ``blocks`` blocks, each reduced to its own (m, l), then
+    merged along a tree: a left fold (the sequential loop of chapter 2), a balanced tree (a
+    parallel reduction), or a random tree over shuffled blocks. Every shape gives the row's
+    exact statistics."""
+
+    n: int = 12
+    blocks: int = 4
+    shape: str = "balanced"
+    seed: int = 0
+
+    def validate(self) -> None:
+        self.n = _positive("n", self.n)
+        self.blocks = _positive("blocks", self.blocks)
+        if self.blocks > self.n:
+            raise ValueError(f"blocks must be <= n={self.n}, got {self.blocks}")
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape must be one of {SHAPES}, got {self.shape!r}")
+
+    def row(self) -> np.ndarray:
+        return np.round(np.random.default_rng(self.seed).standard_normal(self.n) * 3, 1)
+
+    def pieces(self) -> list[np.ndarray]:
+        return np.array_split(self.row(), self.blocks)
+
+    def tree(self) -> Tree:
+        self.validate()
+        leaves = list(range(self.blocks))
+        if self.shape == "left fold":
+            tree: Tree = 0
+            for leaf in leaves[1:]:
+                tree = (tree, leaf)
+            return tree
+        if self.shape == "balanced":
+            return _balanced(leaves)
+        rng = np.random.default_rng(self.seed + 1)
+        return _random_tree([int(i) for i in rng.permutation(leaves)], rng)
+
+    def evaluate(self, tree: Tree | None = None) -> SoftmaxState:
+        """Merge the blocks' local states along ``tree`` (default: this widget's tree)."""
+        from flashtext.online import merge
+
+        tree = self.tree() if tree is None else tree
+        if isinstance(tree, int):
+            return SoftmaxState.from_block(self.pieces()[tree])
+        return merge(self.evaluate(tree[0]), self.evaluate(tree[1]))
+
+    def caption(self) -> str:
+        t = self.tree()
+        return (f"{self.shape}: {self.blocks} blocks, {self.blocks - 1} merges, depth "
+                f"{tree_depth(t)}; root log-sum-exp {float(self.evaluate(t).lse()):.12g}")
+
+    def figure(self):
+        import matplotlib.pyplot as plt
+
+        from flashtext.reference import logsumexp
+
+        tree, pieces = self.tree(), self.pieces()
+        starts = np.cumsum([0] + [len(p) for p in pieces])
+        order = {leaf: i for i, leaf in enumerate(tree_leaves(tree))}
+        height = tree_depth(tree)
+        fig, ax = plt.subplots(figsize=(max(6.5, 1.9 * self.blocks), 1.3 + 1.0 * height))
+
+        def draw(node: Tree) -> tuple[float, float]:
+            st = self.evaluate(node)
+            label = f"m={float(st.m):.1f}\nℓ={float(st.l):.3f}"
+            if isinstance(node, int):
+                x, y = float(order[node]), 0.0
+                label = f"x[{starts[node]}:{starts[node + 1]}]\n" + label
+                color = "#c9d7ea"
+            else:
+                (x1, y1), (x2, y2) = draw(node[0]), draw(node[1])
+                x, y = (x1 + x2) / 2, float(tree_depth(node))
+                ax.plot([x1, x], [y1, y], "k-", lw=1, zorder=1)
+                ax.plot([x2, x], [y2, y], "k-", lw=1, zorder=1)
+                color = "#f0a35e" if node == tree else "#f6d7b0"
+            ax.text(x, y, label, ha="center", va="center", fontsize=8, zorder=2,
+                    bbox={"boxstyle": "round", "fc": color, "ec": "k", "lw": 0.6})
+            return x, y
+
+        draw(tree)
+        ax.set_xlim(-0.7, self.blocks - 0.3)
+        ax.set_ylim(-0.7, height + 0.7)
+        ax.axis("off")
+        exact = logsumexp(self.row())
+        ax.set_title(self.caption() + f"\n(reference, whole row at once: {exact:.12g})",
+                     fontsize=9)
+        fig.tight_layout()
+        return fig
+
+    def widget(self):
+        import ipywidgets as w
+
+        out = w.Output()
+        blocks = w.IntSlider(value=self.blocks, min=1, max=8, description="blocks")
+        shape = w.ToggleButtons(options=SHAPES, value=self.shape, description="tree")
+        seed = w.IntSlider(value=self.seed, min=0, max=20, description="seed")
+        for control, cls in ((blocks, "ft-tree-blocks"), (shape, "ft-tree-shape"),
+                             (seed, "ft-tree-seed")):
+            control.add_class(cls)
+
+        def redraw(_=None):
+            self.blocks, self.shape, self.seed = blocks.value, shape.value, seed.value
+            _redraw_into(out, self)
+
+        for control in (blocks, shape, seed):
+            control.observe(redraw, names="value")
+        redraw()
+        box = w.VBox([w.HBox([blocks, seed]), shape, out])
+        box.add_class("ft-merge-tree")
+        return box
+
+
+# ------------------------------------------------------------------------------ multiple choice
+
+@dataclass
+class MultipleChoice:
+    """A checkpoint question with options; ``options`` maps a label to (correct, explanation)."""
+
+    question: str
+    options: dict[str, tuple[bool, str]]
+    choice: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.options or not any(ok for ok, _ in self.options.values()):
+            raise ValueError("options must be non-empty and contain a correct answer")
+
+    def answers(self) -> list[str]:
+        return [label for label, (ok, _) in self.options.items() if ok]
+
+    def judge(self, label: str) -> Verdict:
+        if label not in self.options:
+            raise ValueError(f"{label!r} is not one of the options {list(self.options)}")
+        ok, why = self.options[label]
+        return Verdict(ok, ("Right: " if ok else "Not quite: ") + why)
+
+    def figure(self):
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(8, 0.9 + 0.45 * len(self.options)))
+        ax.axis("off")
+        lines = [textwrap.fill(self.question, 100), ""]
+        for label in self.options:
+            mark = "(x)" if label == self.choice else "( )"
+            lines.append(f"{mark} {label}")
+        if self.choice is not None:
+            lines += ["", textwrap.fill(self.judge(self.choice).message, 100)]
+        else:
+            lines += ["", "Pick an answer to check it."]
+        ax.text(0, 1, "\n".join(lines), va="top", fontsize=9)
+        fig.tight_layout()
+        return fig
+
+    def widget(self):
+        import ipywidgets as w
+
+        picks = w.RadioButtons(options=list(self.options), value=None,
+                               layout=w.Layout(width="auto"))
+        feedback = w.HTML("Pick an answer to check it.")
+        picks.add_class("ft-choice-options")
+        feedback.add_class("ft-choice-feedback")
+
+        def on_pick(change):
+            if change["new"] is None:
+                return
+            self.choice = change["new"]
+            v = self.judge(self.choice)
+            color = "#1a7f37" if v.correct else "#b42318"
+            feedback.value = f"<b style='color:{color}'>{v.message}</b>"
+
+        picks.observe(on_pick, names="value")
+        box = w.VBox([w.HTML(f"<b>{self.question}</b>"), picks, feedback])
+        box.add_class("ft-choice")
+        return box
