@@ -1,0 +1,64 @@
+import math
+
+from solutions import ch04
+from tests.exercises.harness import assert_exercise
+
+
+def test_block_sizes_for_gpu():
+    def floor(smem, d, size):
+        bc = (smem // size) // (4 * d)
+        return bc, min(bc, d)
+
+    assert_exercise(
+        "ch04.block_sizes_for_gpu",
+        ch04.block_sizes_for_gpu,
+        wrong={
+            "bytes used as elements": lambda smem, d, size: ch04.block_sizes_for_gpu(smem, d, 1),
+            "floor instead of ceil": floor,
+            "no min with d": lambda smem, d, size: (math.ceil(smem // size / (4 * d)),) * 2,
+            "Br = d always": lambda smem, d, size: (math.ceil(smem // size / (4 * d)), d),
+        },
+        message_must_mention={"no min with d": "Br"},
+    )
+
+
+def test_largest_head_dim():
+    def ignores_s(m):
+        best = 0
+        for d in range(1, m // 4 + 2):
+            bc = math.ceil(m / (4 * d))
+            br = min(bc, d)
+            if 2 * br * d + 2 * bc * d + 2 * br <= m:
+                best = d
+        return best
+
+    assert_exercise(
+        "ch04.largest_head_dim",
+        ch04.largest_head_dim,
+        wrong={
+            "sqrt(M / 4)": lambda m: int(math.isqrt(m // 4)),
+            "forgot S_ij": ignores_s,
+            "off by one": lambda m: ch04.largest_head_dim(m) + 1,
+        },
+        message_must_mention={"off by one": "Off by one"},
+    )
+
+
+def test_swapped_loops():
+    def unswapped(n, d, m):
+        out = ch04.swapped_loops(n, d, m)
+        return {**out, "K": n * d, "V": n * d}
+
+    def hoisted_q(n, d, m):
+        return {**ch04.swapped_loops(n, d, m), "Q": n * d}
+
+    assert_exercise(
+        "ch04.swapped_loops",
+        ch04.swapped_loops,
+        wrong={
+            "line 6 not moved": unswapped,
+            "Q read once": hoisted_q,
+            "a list": lambda n, d, m: list(ch04.swapped_loops(n, d, m).values()),
+        },
+        message_must_mention={"line 6 not moved": "line 6 runs inside"},
+    )
