@@ -82,10 +82,10 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd, stride_do
         lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
         # P^T = exp2(S^T * log2 e - lse * log2 e), recomputed from the saved statistic
         qk_t = tl.dot(k, q_t, input_precision=INPUT_PRECISION) * qk_scale
-        p_t = tl.math.exp2(qk_t - lse2[None, :])
-        if MASKED:
+        if MASKED:  # hidden scores -> -inf before the exponential (no overflow, P = 0)
             visible = offs_n[:, None] <= offs_m[None, :] + CAUSAL_OFFSET
-            p_t = tl.where(visible, p_t, 0.0)
+            qk_t = tl.where(visible, qk_t, float("-inf"))
+        p_t = tl.math.exp2(qk_t - lse2[None, :])
         # dV += P^T dO
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=INPUT_PRECISION)
         # dP^T = V dO^T ; dS^T = P^T * (dP^T - delta)
@@ -182,12 +182,12 @@ def _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, str
             k = tl.load(k_ptrs, mask=d_ok[None, :], other=0.0)
             v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
         qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
-        p = tl.math.exp2(qk - lse2[:, None])
         if MASKED:
             visible = n_ok[None, :]
             if CAUSAL:
                 visible = visible & (offs_n[None, :] <= offs_m[:, None] + CAUSAL_OFFSET)
-            p = tl.where(visible, p, 0.0)
+            qk = tl.where(visible, qk, float("-inf"))
+        p = tl.math.exp2(qk - lse2[:, None])  # P recomputed from the saved lse
         dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=INPUT_PRECISION)
@@ -250,6 +250,19 @@ def _attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
              dq.to(DQ.dtype.element_ty), mask=qd_mask)
 
 
+def preprocess(o: torch.Tensor, do: torch.Tensor, config: KernelConfig | None = None,
+               ) -> torch.Tensor:
+    """delta = rowsum(dO * O) in float32, shape (Z, H, N_Q): the first backward kernel."""
+    z, h, n_q, d = o.shape
+    delta = torch.empty((z, h, n_q), dtype=torch.float32, device=o.device)
+    if delta.numel() == 0:
+        return delta
+    config = config or _config("bwd_pre", d, o.element_size(), False, n_q, n_q)
+    launch(_attn_bwd_preprocess, lambda c: (triton.cdiv(n_q, c.BLOCK_M), z * h), config,
+           o, do, delta, *o.stride(), *do.stride(), h, n_q, HEAD_DIM=d, BLOCK_D=block_d(d))
+    return delta
+
+
 def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              o: torch.Tensor, lse: torch.Tensor, causal: bool, sm_scale: float,
              configs: dict[str, KernelConfig] | None = None,
@@ -278,10 +291,7 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     consts = dict(HEAD_DIM=d, BLOCK_D=block_d(d), INPUT_PRECISION=input_precision(q.dtype))
 
-    delta = torch.empty((z, h, n_q), dtype=torch.float32, device=q.device)
-    launch(_attn_bwd_preprocess, lambda c: (triton.cdiv(n_q, c.BLOCK_M), z * h), cfg("bwd_pre"),
-           o, do, delta, *o.stride(), *do.stride(), h, n_q,
-           HEAD_DIM=d, BLOCK_D=block_d(d))
+    delta = preprocess(o, do, cfg("bwd_pre"))
     launch(_attn_bwd_dkdv, lambda c: (triton.cdiv(n_k, c.BLOCK_N), z * h), cfg("bwd_dkdv"),
            q, k, v, do, lse, delta, dk, dv, sm_scale, *strides, *dk.stride(), *dv.stride(),
            h, n_q, n_k, CAUSAL=causal, **consts)
@@ -291,4 +301,4 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     return dq, dk, dv
 
 
-__all__ = ["backward"]
+__all__ = ["backward", "preprocess"]

@@ -1,0 +1,167 @@
+"""The backward kernels: dQ, dK, dV against float64 on the same shapes as the forward, causal
+and not (Triton's tutorial handles causal only: triton-lang/triton#4541), other tile shapes,
+queries that see no key, NaN-poisoned out-of-bounds memory, and bitwise determinism."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import flashtext
+from flashtext import reference
+from flashtext.kernels._config import KernelConfig
+from flashtext.kernels.accuracy import Case, compare, measure, sweep_cases
+from flashtext.kernels.backward import backward, preprocess
+from flashtext.kernels.forward import forward
+
+DEVICE = flashtext.torch_device()
+ON_GPU = flashtext.on_gpu()
+gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (bf16 and the larger sweep)")
+
+CPU_SWEEP = sweep_cases("cpu", ("float32", "float16"))
+GPU_SWEEP = sweep_cases("gpu", ("float32", "float16", "bfloat16"))
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+def _rand(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(device=DEVICE, dtype=dtype)
+
+
+def _grads(q, k, v, do, causal, configs=None, sm_scale=None):
+    scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    o, lse = forward(q, k, v, causal, scale)
+    return backward(do, q, k, v, o, lse, causal, scale, configs)
+
+
+def _check_grads(q, k, v, do, causal, configs=None, atol=3e-6, sm_scale=None):
+    got = _grads(q, k, v, do, causal, configs, sm_scale)
+    want = reference.attention_backward(q, k, v, do, causal=causal, scale=sm_scale)
+    for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == q.dtype, name
+        assert torch.isfinite(g).all(), name
+        np.testing.assert_allclose(_np(g), w, rtol=0, atol=atol * max(1.0, np.abs(w).max()),
+                                   err_msg=name)
+    return got
+
+
+@pytest.mark.parametrize("case", CPU_SWEEP, ids=Case.label)
+def test_sweep_backward(case):
+    errors = measure(case, DEVICE, grads=True)
+    assert not errors.failures(), (case.label(), errors.failures())
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("case", GPU_SWEEP, ids=Case.label)
+def test_sweep_backward_gpu(case):
+    errors = measure(case, DEVICE, grads=True)
+    assert not errors.failures(), (case.label(), errors.failures())
+
+
+CONFIGS = [(16, 16), (16, 32), (32, 16), (64, 16), (16, 64)]
+
+
+@pytest.mark.parametrize("blocks", CONFIGS, ids=lambda b: f"M{b[0]}xN{b[1]}")
+@pytest.mark.parametrize("n_q,n_k", [(33, 70), (70, 33), (48, 48), (1, 50), (50, 1)])
+def test_tile_shapes_causal_and_ragged(blocks, n_q, n_k):
+    c = KernelConfig(*blocks)
+    configs = {"bwd_pre": c, "bwd_dkdv": c, "bwd_dq": c}
+    q, k, v, do = (_rand(2, 2, n, 16, seed=s) for s, n in enumerate((n_q, n_k, n_k, n_q)))
+    for causal in (False, True):
+        _check_grads(q, k, v, do, causal, configs)
+
+
+def test_queries_that_see_no_key_get_zero_gradient():
+    n_q, n_k = 45, 12
+    q, do = _rand(2, 2, n_q, 32, seed=1), _rand(2, 2, n_q, 32, seed=4)
+    k, v = _rand(2, 2, n_k, 32, seed=2), _rand(2, 2, n_k, 32, seed=3)
+    dq, dk, dv = _check_grads(q, k, v, do, causal=True)
+    assert torch.all(dq[:, :, : n_q - n_k] == 0)
+
+
+def _poisoned(t: torch.Tensor, extra_rows: int, extra_cols: int) -> torch.Tensor:
+    z, h, n, d = t.shape
+    big = torch.full((z, h, n + extra_rows, d + extra_cols), float("nan"), dtype=t.dtype,
+                     device=t.device)
+    big[:, :, :n, :d] = t
+    return big[:, :, :n, :d]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n_q,n_k,d", [(17, 100, 40), (100, 17, 24), (129, 129, 16)])
+def test_no_out_of_bounds_reads(n_q, n_k, d, causal):
+    q, k, v, do = (_rand(2, 2, n, d, seed=s) for s, n in enumerate((n_q, n_k, n_k, n_q)))
+    scale = 1 / math.sqrt(d)
+    o, lse = forward(q, k, v, causal, scale)
+    plain = backward(do, q, k, v, o, lse, causal, scale)
+    poisoned = backward(*(_poisoned(t, 40, 24) for t in (do, q, k, v, o)), lse, causal, scale)
+    for a, b in zip(plain, poisoned, strict=True):
+        assert torch.equal(a, b)
+    _check_grads(q, k, v, do, causal)
+
+
+def test_any_strides_without_copy():
+    q = _rand(2, 50, 3, 32, seed=4).transpose(1, 2)
+    k = _rand(2, 3, 64, 64, seed=5)[..., ::2]
+    v = _rand(1, 3, 64, 32, seed=6).expand(2, 3, 64, 32)
+    do = _rand(1, 1, 1, 1, seed=7).expand(2, 3, 50, 32)  # what o.sum().backward() sends
+    for causal in (False, True):
+        strided = _check_grads(q, k, v, do, causal)
+        dense = _grads(*(t.contiguous() for t in (q, k, v, do)), causal)
+        assert all(torch.equal(a, b) for a, b in zip(strided, dense, strict=True))
+
+
+def test_extreme_scores():
+    # |lse| ~ 3500: in fp32 the recomputed P = exp(S - lse) is then off by ~u32 * |lse| relative,
+    # a cost PyTorch (which stores P) does not pay; the bound includes it (accuracy.RECOMPUTE)
+    q = _rand(1, 2, 70, 32, seed=7) * 30
+    k, v = _rand(1, 2, 90, 32, seed=8) * 30, _rand(1, 2, 90, 32, seed=9)
+    do = _rand(1, 2, 70, 32, seed=10)
+    for causal in (False, True):
+        errors = compare(q, k, v, do, causal=causal)
+        assert not errors.failures(), errors.failures()
+
+
+@pytest.mark.parametrize("sm_scale", [0.05, -0.3])
+def test_custom_scale(sm_scale):
+    q, k, v, do = (_rand(2, 2, n, 16, seed=s) for s, n in enumerate((30, 41, 41, 30)))
+    _check_grads(q, k, v, do, causal=True, sm_scale=sm_scale)
+
+
+def test_deterministic():
+    # one program owns each dQ/dK/dV row, so the additions always happen in the same order
+    q, k, v, do = (_rand(2, 2, 77, 32, seed=s, dtype=torch.float16) for s in range(4))
+    first, second = _grads(q, k, v, do, True), _grads(q, k, v, do, True)
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_delta_preprocess(dtype):
+    # delta = rowsum(dO * O), accumulated in fp32 from the stored (rounded) O
+    o, do = _rand(2, 3, 45, 40, seed=1, dtype=dtype), _rand(2, 3, 45, 40, seed=2, dtype=dtype)
+    for config in (None, KernelConfig(16, 16)):
+        delta = preprocess(o, do.transpose(2, 3).contiguous().transpose(2, 3), config)
+        np.testing.assert_allclose(_np(delta), (_np(o) * _np(do)).sum(-1), rtol=1e-6,
+                                   atol=1e-5)
+    # ... which equals rowsum(P * dP), the length-N reduction it replaces
+    q, k, v, do = (_rand(1, 1, n, 16, seed=s) for s, n in enumerate((20, 30, 30, 20)))
+    p = reference.softmax(reference.scores(q, k, causal=True))
+    dp = _np(do) @ _np(v).swapaxes(-1, -2)
+    np.testing.assert_allclose((p * dp).sum(-1), (_np(do) * (p @ _np(v))).sum(-1), atol=1e-12)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("d", [16, 32, 64, 128, 256])
+def test_gpu_long_sequence(dtype, d):
+    case = Case(1, 4, 2048, 3000, d, True, str(dtype).removeprefix("torch."), seed=d)
+    errors = measure(case, DEVICE, grads=True)
+    assert not errors.failures(), (case.label(), errors.failures())
