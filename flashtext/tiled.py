@@ -28,8 +28,11 @@ from flashtext import cost
 from flashtext.online import rescale_factor
 from flashtext.reference import Align, causal_mask, default_scale
 
-__all__ = ["HBM", "SRAM", "Run", "SRAMOverflow", "Step", "flash_attention",
-           "standard_attention"]
+__all__ = ["HBM", "SRAM", "Line12", "Run", "SRAMOverflow", "Step", "flash_attention",
+           "line12_paper", "standard_attention"]
+
+# line12(o_i, l_i, m_i, p_tilde, m_tilde, v_j, l_new, m_new) -> the new O_i
+Line12 = Callable[..., np.ndarray]
 
 
 class SRAMOverflow(MemoryError):
@@ -223,11 +226,27 @@ def _safe_exp(x: np.ndarray, shift: np.ndarray) -> np.ndarray:
     return np.exp(x - finite[:, None])
 
 
+def line12_paper(o_i, l_i, m_i, p_tilde, m_tilde, v_j, l_new, m_new) -> np.ndarray:
+    """Line 12 on its own, in its three moves (what :func:`flash_attention` does inline).
+
+    diag(l_new)^-1 (diag(l_i) e^{m_i - m_new} O_i + e^{m~ - m_new} P~ V_j), with the
+    conventions for rows that have seen no unmasked key yet: e^{-inf - (-inf)} is taken as 0,
+    and a row with l_new = 0 keeps output 0.
+    """
+    raw_old = l_i[:, None] * o_i  # move 1: undo the old normalisation
+    green = rescale_factor(m_i, m_new)[:, None] * raw_old  # move 2: re-base both halves ...
+    yellow = rescale_factor(m_tilde, m_new)[:, None] * (p_tilde @ v_j)  # ... on m_new
+    inv = np.divide(1.0, l_new, out=np.zeros_like(l_new), where=l_new > 0)
+    return inv[:, None] * (green + yellow)  # move 3: re-normalise by the new l
+
+
 def flash_attention(q, k, v, m_elements: int, *, causal: bool = False,
                     scale: float | None = None, align: Align = "bottom_right",
                     sram_elements: int | None = None, bc: int | None = None,
                     br: int | None = None, loop_order: str = "kv_outer",
-                    hook: Callable[[Step], None] | None = None, trace: bool = False) -> Run:
+                    hook: Callable[[Step], None] | None = None, trace: bool = False,
+                    line12: Line12 | None = None, l_init: float = 0.0,
+                    m_init: float = -np.inf) -> Run:
     """Algorithm 1 (FlashAttention forward), line by line, on a simulated SRAM and HBM.
 
     ``m_elements`` is the M of line 1 (on-chip memory in elements) that picks the block sizes;
@@ -236,6 +255,10 @@ def flash_attention(q, k, v, m_elements: int, *, causal: bool = False,
     ``cost.fa1_sram_elements`` summed to give it exactly what one iteration needs). ``bc``/``br``
     override line 1. ``loop_order="q_outer"`` swaps the loops and moves line 6 inside.
     ``hook(step)`` is called after every (i, j); ``trace=True`` keeps every step in ``run.steps``.
+
+    Teaching knobs (chapter 5): ``line12`` replaces line 12's update with
+    ``line12(o_i, l_i, m_i, p_tilde, m_tilde, v_j, l_new, m_new) -> new O_i`` (the step's
+    ``green``/``yellow`` stay the paper's); ``l_init``/``m_init`` change line 2's fill values.
     """
     q, k, v = _matrix(q, "q"), _matrix(k, "k"), _matrix(v, "v")
     n, d = q.shape
@@ -262,8 +285,8 @@ def flash_attention(q, k, v, m_elements: int, *, causal: bool = False,
 
     # line 2: O = 0, l = 0, m = -inf, in HBM
     hbm.init("O", (n, d), 0.0, line=2)
-    hbm.init("l", (n,), 0.0, line=2)
-    hbm.init("m", (n,), -np.inf, line=2)
+    hbm.init("l", (n,), l_init, line=2)
+    hbm.init("m", (n,), m_init, line=2)
 
     # lines 3-4: Q, O, l, m split into Tr blocks of Br rows; K, V into Tc blocks of Bc rows
     row_blocks, col_blocks = _blocks(n, br), _blocks(n_k, bc)
@@ -301,7 +324,11 @@ def flash_attention(q, k, v, m_elements: int, *, causal: bool = False,
         yellow = beta[:, None] * (p_t @ sram["V_j"])  # this block, re-based
         inv = np.divide(1.0, l_new, out=np.zeros_like(l_new), where=l_new > 0)
         o_old = o_i.copy() if (hook or trace) else None
-        o_i[:] = inv[:, None] * (green + yellow)  # in place: the MMA accumulates into O_i
+        if line12 is None:
+            o_i[:] = inv[:, None] * (green + yellow)  # in place: the MMA accumulates into O_i
+        else:
+            o_i[:] = line12(o_i.copy(), l_i.copy(), m_i.copy(), p_t.copy(), m_t.copy(),
+                            sram["V_j"].copy(), l_new.copy(), m_new.copy())
         hbm.write("O", rows, o_i, line=12)
         # line 13: write l_i <- l_new, m_i <- m_new to HBM
         hbm.write("l", rows, l_new, line=13)

@@ -173,3 +173,37 @@ def test_bad_input(bad, match):
     args.update(bad)
     with pytest.raises(ValueError, match=match):
         tiled.flash_attention(**args)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_line12_paper_is_the_default(causal):
+    q, k, v = qkv(40, 4, 33, seed=3)
+    a = tiled.flash_attention(q, k, v, 48, causal=causal, sram_elements=roomy(48, 4))
+    b = tiled.flash_attention(q, k, v, 48, causal=causal, sram_elements=roomy(48, 4),
+                              line12=tiled.line12_paper)
+    np.testing.assert_allclose(b.o, a.o, rtol=1e-14, atol=1e-15)
+
+
+def test_line12_without_rescale_is_wrong_when_the_max_moves():
+    q = np.ones((6, 1))
+    k = np.arange(12.0)[:, None]  # scores rise: every key block raises the max
+    v = np.random.default_rng(0).standard_normal((12, 1))
+
+    def dropped(o_i, l_i, m_i, p_t, m_t, v_j, l_new, m_new):
+        return (l_i[:, None] * o_i + p_t @ v_j) / l_new[:, None]
+
+    run = tiled.flash_attention(q, k, v, 8, line12=dropped, sram_elements=100, scale=1.0)
+    assert np.abs(run.o - reference.attention(q, k, v, scale=1.0)).max() > 0.1
+
+
+def test_l_init_one_is_harmless_but_not_with_a_finite_m():
+    q, k, v = qkv(30, 4, seed=5)
+    base = tiled.flash_attention(q, k, v, 48, sram_elements=roomy(48, 4))
+    one = tiled.flash_attention(q, k, v, 48, sram_elements=roomy(48, 4), l_init=1.0)
+    np.testing.assert_array_equal(one.o, base.o)
+    np.testing.assert_array_equal(one.l, base.l)
+    sink = tiled.flash_attention(q, k, v, 48, sram_elements=roomy(48, 4), l_init=1.0, m_init=0.0)
+    # l = 1 at m = 0 is a phantom key with score 0 and value 0 ("softmax plus one")
+    k0, v0 = np.vstack([k, np.zeros((1, 4))]), np.vstack([v, np.zeros((1, 4))])
+    np.testing.assert_allclose(sink.o, reference.attention(q, k0, v0), rtol=1e-12, atol=1e-14)
+    assert np.abs(sink.o - base.o).max() > 1e-3
