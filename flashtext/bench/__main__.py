@@ -1,0 +1,268 @@
+"""``python -m flashtext.bench``: the command line of the benchmark harness (``make bench``).
+
+Every list flag takes space- or comma-separated values; N accepts ``k`` suffixes (``2k``).
+Results go to ``flashtext/data/<out>.json`` (stamped with GPU, versions and date by
+:func:`flashtext.recorded.save`; rewritten after every configuration, so an interrupted run
+keeps what it measured) and the figures to ``artifacts/<out>.png`` and
+``artifacts/<out>_memory.png``. Exit status 1 if our kernel gave a wrong result anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import flashtext
+from flashtext import recorded
+from flashtext.bench import core, report
+
+ARTIFACTS = Path("artifacts")
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    if values is None:
+        return None
+    return [v for item in values for v in item.split(",") if v]
+
+
+def _parse_n(text: str) -> int:
+    m = re.fullmatch(r"(\d+)([kK]?)", text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"N must be an integer like 4096 or 4k, got {text!r}")
+    return int(m.group(1)) * (1024 if m.group(2) else 1)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m flashtext.bench",
+        description="Benchmark flashtext's attention kernel against SDPA's backends and "
+                    "FlexAttention (TFLOP/s, memory, correctness). Without a CUDA GPU it "
+                    "runs the --quick smoke test instead.",
+        epilog="Examples:\n"
+               "  make bench                                     # the full sweep (~8 min H200)\n"
+               "  make bench BENCH_ARGS='--dtype fp16 --d 128 --mode fwd --providers ours "
+               "cudnn flash --out tune'\n"
+               "  python -m flashtext.bench --report bench_h200  # tables of a recorded run",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sel = ap.add_argument_group("what to measure (default: everything)")
+    sel.add_argument("--dtype", nargs="+", help="fp16 bf16 (fp32 also accepted)")
+    sel.add_argument("--d", nargs="+", help="head dims, e.g. 64 128")
+    sel.add_argument("--causal", choices=("both", "true", "false"), default=None,
+                     help="causal, non-causal, or both (default both)")
+    sel.add_argument("--mode", nargs="+", help="fwd fwd_bwd")
+    sel.add_argument("--providers", nargs="+",
+                     help=f"any of {' '.join(core.PROVIDERS)}")
+    sel.add_argument("--n", nargs="+", help="sequence lengths, e.g. 512 1k 2k 4k 8k 16k")
+    sel.add_argument("--quick", action="store_true",
+                     help="CPU smoke test: tiny shapes, one timed call, no timing claims")
+    how = ap.add_argument_group("how")
+    how.add_argument("--warmup", type=float, default=None, help="do_bench warm-up, ms (25)")
+    how.add_argument("--rep", type=float, default=None, help="do_bench measuring time, ms (100)")
+    how.add_argument("--math-max-n", type=_parse_n, default=None,
+                     help="largest N for the math backend (4096)")
+    how.add_argument("--no-check", action="store_true", help="skip the float64 checks")
+    how.add_argument("--no-memory", action="store_true", help="skip the peak-memory call")
+    how.add_argument("--budget-min", type=float, default=None,
+                     help="stop starting configurations after this many minutes (8.5; 0 = none)")
+    how.add_argument("--seed", type=int, default=0)
+    out = ap.add_argument_group("output")
+    out.add_argument("--out", default=None,
+                     help="results name: flashtext/data/NAME.json and artifacts/NAME*.png "
+                          "(default bench_<gpu>, e.g. bench_h200; --quick saves no JSON)")
+    out.add_argument("--merge", action="store_true",
+                     help="merge into an existing NAME.json (same GPU and versions), replacing "
+                          "the rows measured again: finish a sweep in several runs")
+    out.add_argument("--no-plot", action="store_true", help="do not draw the PNG figures")
+    out.add_argument("--report", metavar="NAME", default=None,
+                     help="measure nothing: print the tables of recorded results NAME "
+                          "(and redraw their figures)")
+    out.add_argument("--markdown", action="store_true",
+                     help="also print markdown tables for BENCHMARKS.md")
+    out.add_argument("--plan", action="store_true",
+                     help="print the configurations that would run, then stop")
+    return ap
+
+
+def settings_from_args(args: argparse.Namespace, quick: bool) -> core.Settings:
+    given: dict[str, Any] = {}
+    if args.dtype:
+        given["dtypes"] = tuple(_split(args.dtype))
+    if args.d:
+        given["ds"] = tuple(int(x) for x in _split(args.d))
+    if args.causal:
+        given["causals"] = {"both": (False, True), "true": (True,), "false": (False,)}[
+            args.causal]
+    if args.mode:
+        given["modes"] = tuple(_split(args.mode))
+    if args.providers:
+        given["providers"] = tuple(_split(args.providers))
+    if args.n:
+        given["ns"] = tuple(_parse_n(x) for x in _split(args.n))
+    if args.warmup is not None:
+        given["warmup_ms"] = args.warmup
+    if args.rep is not None:
+        given["rep_ms"] = args.rep
+    if args.math_max_n is not None:
+        given["math_max_n"] = args.math_max_n
+    if args.no_check:
+        given["check"] = False
+    if args.no_memory:
+        given["memory"] = False
+    if args.budget_min is not None:
+        given["budget_s"] = args.budget_min * 60 if args.budget_min > 0 else None
+    given["seed"] = args.seed
+    return core.Settings.quick_preset(**given) if quick else core.Settings(**given)
+
+
+def default_name(gpu_name: str) -> str:
+    """bench_h200 for "NVIDIA H200"; bench_<slug> for any other GPU."""
+    words = [w for w in re.split(r"[^a-z0-9]+", gpu_name.lower()) if w and w != "nvidia"]
+    return "bench_" + ("_".join(words) or "gpu")
+
+
+def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """New rows replace old rows of the same (provider, mode, dtype, d, causal, n)."""
+    for key in ("gpu", "torch", "triton"):
+        if old.get(key) != new.get(key):
+            raise SystemExit(f"--merge refused: the existing results have {key} = "
+                             f"{old.get(key)!r}, this run {new.get(key)!r}. Use another --out.")
+
+    def key(r):
+        return (r["provider"], r["mode"], r["dtype"], r["d"], r["causal"], r["n"])
+
+    fresh = {key(r) for r in new["rows"]}
+    merged = dict(new)
+    merged["rows"] = [r for r in old["rows"] if key(r) not in fresh] + new["rows"]
+    # one record per run; a run's own earlier checkpoints are replaced, not repeated
+    runs = [r for r in old.get("runs", [_run_record(old)])
+            if r.get("started") != new.get("started")]
+    merged["runs"] = runs + [_run_record(new)]
+    return merged
+
+
+def _run_record(payload: dict[str, Any]) -> dict[str, Any]:
+    return {"started": payload.get("started"),
+            "argv": (payload.get("environment") or {}).get("argv"),
+            "elapsed_s": payload.get("elapsed_s"), "rows": len(payload.get("rows", []))}
+
+
+def _stamp(payload: dict[str, Any]) -> dict[str, Any]:
+    """The provenance recorded.save adds, for merging before saving."""
+    import torch
+    import triton
+
+    env = flashtext.environment()
+    return {"gpu": env.device_name if env.is_gpu else "cpu", "torch": torch.__version__,
+            "triton": triton.__version__, **payload}
+
+
+def save(name: str, payload: dict[str, Any], do_merge: bool) -> Path:
+    if do_merge and recorded.path(name).exists():
+        import json
+
+        payload = merge(json.loads(recorded.path(name).read_text()), _stamp(payload))
+    return recorded.save(name, {k: v for k, v in payload.items()
+                                if k not in ("gpu", "date", "torch", "triton")})
+
+
+def draw(res: report.Results, name: str) -> list[Path]:
+    """The two PNGs of a run; skipped with a note where matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed here: no figures drawn (the JSON has everything)")
+        return []
+    ARTIFACTS.mkdir(exist_ok=True)
+    anchors = report.load_anchors()
+    paths = []
+    for fig, suffix in ((report.figure_tflops(res, anchors=anchors), ""),
+                        (report.figure_memory(res), "_memory")):
+        path = ARTIFACTS / f"{name}{suffix}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def print_report(res: report.Results, markdown: bool) -> None:
+    print()
+    print(report.summary_text(res))
+    text = "" if res.is_anchor else report.anchor_comparison(res)
+    if text:
+        print()
+        print(text)
+    if markdown:
+        print()
+        print(report.markdown_tables(res))
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    args = parser().parse_args(argv)
+    if args.report:
+        res = report.load(args.report)
+        print(recorded.provenance(res.meta))
+        print_report(res, args.markdown)
+        if not args.no_plot:
+            for p in draw(res, args.report):
+                print(f"figure: {p}")
+        return 0
+    env = flashtext.report()
+    quick = args.quick
+    if not quick and not (env.is_gpu and not env.interpreter):
+        print("No CUDA GPU with compiled Triton here: running the CPU quick check instead "
+              "(--quick). It proves the harness runs; its times mean nothing.")
+        quick = True
+    try:
+        settings = settings_from_args(args, quick)
+    except ValueError as exc:
+        parser().error(str(exc))
+    configs = settings.configs()
+    print(f"{len(configs)} configurations x {len(settings.providers)} providers x "
+          f"{len(settings.modes)} modes; setting batch*N = {settings.tokens}, heads*d = "
+          f"{settings.hidden}; do_bench warmup {settings.warmup_ms:g} ms, rep "
+          f"{settings.rep_ms:g} ms; budget "
+          f"{'none' if settings.budget_s is None else f'{settings.budget_s / 60:g} min'}")
+    if args.plan:
+        for c in configs:
+            print("  " + c.label())
+        return 0
+    name = args.out or (None if quick else default_name(env.device_name))
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+
+    def checkpoint(partial: dict[str, Any]) -> None:
+        if name:
+            save(name, {**partial, "started": started}, args.merge)
+
+    payload = {**core.run(settings, on_config=checkpoint), "started": started}
+    res = report.Results.from_payload(_stamp({**payload, "date": time.strftime("%Y-%m-%d")}))
+    if name:
+        path = save(name, payload, args.merge)
+        res = report.load(name)  # what was written, merged rows included
+        print(f"\nresults: {path}")
+    print_report(res, args.markdown)
+    if not args.no_plot:
+        for p in draw(res, name or "bench_quick"):
+            print(f"figure: {p}")
+    skipped = [r for r in res.rows if r["status"] == "skipped" and "budget" in (r["reason"] or "")]
+    if skipped:
+        print(f"\nTIME BUDGET: {len(skipped)} rows were not measured. Finish them with the same "
+              f"selection plus --merge (and --out {name}).")
+    if payload["cuda_lost"]:
+        print(f"\nCUDA CONTEXT LOST: {payload['cuda_lost']}\nRerun that provider alone with "
+              "CUDA_LAUNCH_BLOCKING=1 to find the faulting launch.")
+    print(f"\nelapsed {payload['elapsed_s']:.0f} s")
+    wrong = [r for r in res.rows if r["provider"] == "ours" and r.get("correct") is False]
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
