@@ -551,8 +551,6 @@ class MultipleChoice:
     def figure(self):
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(8, 0.9 + 0.45 * len(self.options)))
-        ax.axis("off")
         lines = [textwrap.fill(self.question, 100), ""]
         for label in self.options:
             mark = "(x)" if label == self.choice else "( )"
@@ -561,7 +559,10 @@ class MultipleChoice:
             lines += ["", textwrap.fill(self.judge(self.choice).message, 100)]
         else:
             lines += ["", "Pick an answer to check it."]
-        ax.text(0, 1, "\n".join(lines), va="top", fontsize=9)
+        text = "\n".join(lines)
+        fig, ax = plt.subplots(figsize=(8, 0.3 + 0.19 * (text.count("\n") + 1)))
+        ax.axis("off")
+        ax.text(0, 1, text, va="top", fontsize=9)
         fig.tight_layout()
         return fig
 
