@@ -30,6 +30,7 @@ class GPU:
     host_bandwidth: float  # CPU <-> GPU link, B/s
     measured_copy_bandwidth: float | None = None  # device-to-device copy, read+write, B/s
     measured_matmul_flops: tuple[float, float] | None = None  # (low, high) bf16 8192^3
+    host_memory_bytes: float | None = None  # CPU DRAM of the machine, where a source gives it
 
     @property
     def sram_total(self) -> float:
@@ -44,7 +45,7 @@ A100 = GPU(
     name="A100 40GB SXM4", sms=108, hbm_bytes=40 * GB, hbm_bandwidth=1.5 * TB,
     smem_per_sm=192 * KB, smem_bandwidth=19 * TB, l2_bytes=40 * MB, l2_bandwidth=None,
     registers_per_sm=256 * KB, matmul_flops=312 * TB, fp32_flops=19.5 * TB, exp_flops=None,
-    host_bandwidth=12.8 * GB,
+    host_bandwidth=12.8 * GB, host_memory_bytes=1e12,  # FA1 Fig. 1: CPU DRAM "> 1 TB"
 )
 H100 = GPU(
     name="H100 SXM5", sms=132, hbm_bytes=80 * GB, hbm_bandwidth=3.35 * TB,
@@ -54,10 +55,50 @@ H100 = GPU(
 )
 H200 = GPU(
     name="H200 SXM", sms=132, hbm_bytes=141 * GB, hbm_bandwidth=4.8 * TB,
-    smem_per_sm=228 * KB, smem_bandwidth=31 * TB, l2_bytes=60 * MB, l2_bandwidth=12 * TB,
+    # L2: the H200 is the H100 SXM5's GH100 configuration (132 SMs, 50 MB L2); the H200 recording
+    # (scripts/record_memory_wall.py) stores the driver's L2_cache_size, and chapter 1 checks it.
+    smem_per_sm=228 * KB, smem_bandwidth=31 * TB, l2_bytes=50 * MB, l2_bandwidth=12 * TB,
     registers_per_sm=256 * KB, matmul_flops=989 * TB, fp32_flops=67 * TB, exp_flops=3.9 * TB,
     host_bandwidth=64 * GB, measured_copy_bandwidth=4.25 * TB,
     measured_matmul_flops=(690 * TB, 790 * TB),
 )
 
 GPUS: dict[str, GPU] = {"A100": A100, "H100": H100, "H200": H200}
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of the memory hierarchy of a GPU (sizes for the whole chip, bytes and B/s).
+
+    ``None`` means no source we cite gives the number; the book never makes one up.
+    """
+
+    name: str
+    size: float | None
+    bandwidth: float | None
+    note: str = ""
+
+
+LEVELS = ("registers", "shared memory / L1", "L2 cache", "HBM", "host memory")
+
+
+def hierarchy(gpu: GPU) -> list[Level]:
+    """Registers -> shared memory/L1 -> L2 -> HBM -> host memory, fastest and smallest first."""
+    return [
+        Level("registers", gpu.registers_per_sm * gpu.sms, None,
+              f"{gpu.registers_per_sm // KB} KB per SM x {gpu.sms} SMs; read every cycle by the "
+              "cores, bandwidth not quoted"),
+        Level("shared memory / L1", gpu.sram_total, gpu.smem_bandwidth,
+              f"{gpu.smem_per_sm // KB} KB per SM x {gpu.sms} SMs (on-chip SRAM)"),
+        Level("L2 cache", gpu.l2_bytes, gpu.l2_bandwidth, "shared by all SMs"),
+        Level("HBM", gpu.hbm_bytes, gpu.hbm_bandwidth, "the GPU's main memory (vendor peak)"),
+        Level("host memory", gpu.host_memory_bytes, gpu.host_bandwidth,
+              "CPU DRAM, reached over the host link"),
+    ]
+
+
+def ridge_points(gpu: GPU) -> dict[str, float]:
+    """FLOPs per HBM byte where each roof meets the bandwidth slope: tensor-core matmul, and
+    non-matmul fp32 (the ALUs that run softmax)."""
+    return {"matmul": gpu.matmul_flops / gpu.hbm_bandwidth,
+            "fp32 (non-matmul)": gpu.fp32_flops / gpu.hbm_bandwidth}

@@ -279,3 +279,46 @@ def measure_naive_attention(batch: int, heads: int, n: int, d: int) -> dict[str,
         row["sdpa flash error"] = str(exc).splitlines()[0]
     row["score bytes"] = batch * heads * n * n * 2
     return row  # the caller may torch.cuda.empty_cache() once these tensors are gone
+
+
+MiB = 2**20
+
+
+def measure_memory_wall(quick: bool = False, log=print) -> dict[str, Any]:
+    """Every chapter-1 measurement, as one payload (what ``scripts/record_memory_wall.py``
+    stores, and what chapter 1 measures live on a GPU with ``quick=True`` in ~20 s)."""
+    import time
+
+    torch = _torch_cuda()
+    start = time.perf_counter()
+    payload: dict[str, Any] = {"device": device_properties(), "quick": quick}
+    log("device:", payload["device"])
+    payload["copy"] = measure_copy_bandwidth(
+        (256 * MiB,) if quick else (64 * MiB, 256 * MiB, 1024 * MiB, 4096 * MiB))
+    log("copy:", [f"{r['bandwidth'] / 1e12:.2f} TB/s" for r in payload["copy"]])
+    sweep = (1, 4, 16, 32, 64, 256, 1024) if quick else (
+        1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 1024, 4096)
+    payload["read_sweep"] = measure_read_bandwidth(tuple(s * MiB for s in sweep),
+                                                   total_bytes=2**32 if quick else 2**33)
+    log("read:", [(r["bytes"] // MiB, round(r["bandwidth"] / 1e12, 2))
+                  for r in payload["read_sweep"]])
+    sizes = (512, 2048, 8192) if quick else (256, 512, 1024, 2048, 4096, 8192)
+    payload["matmul"] = measure_matmul(sizes, "bfloat16")
+    if not quick:
+        payload["matmul"] += measure_matmul((8192,), "float16")
+        payload["matmul"] += measure_matmul((8192,), "float32", tf32=True)
+    payload["matmul"] += measure_matmul((8192,), "float32", tf32=False)
+    log("matmul:", [(r["n"], r["dtype"], r["tf32"], round(r["flops"] / 1e12, 1))
+                    for r in payload["matmul"]])
+    payload["exp"] = measure_exp(2**26 if quick else 2**28)
+    log("exp:", payload["exp"])
+    configs = ([(64, 1024), (64, 4096)] if quick else
+               [(d, n) for d in (64, 128) for n in (512, 1024, 2048, 4096, 8192)])
+    payload["attention"] = []
+    for d, n in configs:
+        row = measure_naive_attention(65536 // n, 16, n, d)
+        payload["attention"].append(row)
+        torch.cuda.empty_cache()
+        log("attention:", row)
+    payload["seconds"] = round(time.perf_counter() - start, 1)
+    return payload

@@ -24,13 +24,10 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-MiB = 2**20
 
 
 def main() -> None:
@@ -46,45 +43,10 @@ def main() -> None:
                          "Chapter 1 shows the recorded H200 results instead.")
     from flashtext import recorded, roofline
 
-    start = time.perf_counter()
-    quick = args.quick
-    payload: dict = {"device": roofline.device_properties()}
-    print("device:", payload["device"], flush=True)
-
-    payload["copy"] = roofline.measure_copy_bandwidth(
-        (64 * MiB,) if quick else (64 * MiB, 256 * MiB, 1024 * MiB, 4096 * MiB))
-    print("copy:", [f"{r['bandwidth'] / 1e12:.2f} TB/s" for r in payload["copy"]], flush=True)
-
-    sweep = (1, 4, 16) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 1024, 4096)
-    payload["read_sweep"] = roofline.measure_read_bandwidth(tuple(s * MiB for s in sweep),
-                                                            total_bytes=2**31 if quick else 2**33)
-    print("read:", [(r["bytes"] // MiB, round(r["bandwidth"] / 1e12, 2))
-                    for r in payload["read_sweep"]], flush=True)
-
-    sizes = (1024, 4096) if quick else (256, 512, 1024, 2048, 4096, 8192)
-    payload["matmul"] = roofline.measure_matmul(sizes, "bfloat16")
-    if not quick:
-        payload["matmul"] += roofline.measure_matmul((8192,), "float16")
-        payload["matmul"] += roofline.measure_matmul((8192,), "float32", tf32=True)
-        payload["matmul"] += roofline.measure_matmul((8192,), "float32", tf32=False)
-    print("matmul:", [(r["n"], r["dtype"], r["tf32"], round(r["flops"] / 1e12, 1))
-                      for r in payload["matmul"]], flush=True)
-
-    payload["exp"] = roofline.measure_exp(2**24 if quick else 2**28)
-    print("exp:", payload["exp"], flush=True)
-
-    configs = [(64, 1024)] if quick else [(d, n) for d in (64, 128)
-                                          for n in (512, 1024, 2048, 4096, 8192)]
-    payload["attention"] = []
-    for d, n in configs:
-        row = roofline.measure_naive_attention(65536 // n, 16, n, d)
-        payload["attention"].append(row)
-        torch.cuda.empty_cache()
-        print("attention:", row, flush=True)
-
-    payload["seconds"] = round(time.perf_counter() - start, 1)
+    payload = roofline.measure_memory_wall(quick=args.quick,
+                                           log=lambda *a: print(*a, flush=True))
     print(f"done in {payload['seconds']} s")
-    if quick:
+    if args.quick:
         return
     name = args.name or re.sub(r"[^a-z0-9]+", "_",
                                torch.cuda.get_device_name(0).lower().replace("nvidia", "")
