@@ -181,7 +181,7 @@ def draw(res: report.Results, name: str) -> list[Path]:
         print("matplotlib is not installed here: no figures drawn (the JSON has everything)")
         return []
     ARTIFACTS.mkdir(exist_ok=True)
-    anchors = report.load_anchors()
+    anchors = report.anchors_or_none()
     paths = []
     for fig, suffix in ((report.figure_tflops(res, anchors=anchors), ""),
                         (report.figure_memory(res), "_memory")):

@@ -114,6 +114,14 @@ def load_anchors() -> Results:
     return load(ANCHORS_NAME)
 
 
+def anchors_or_none() -> Results | None:
+    """The anchors, or None where they are not installed (context only, never required)."""
+    try:
+        return load_anchors()
+    except FileNotFoundError:
+        return None
+
+
 def recorded_results() -> Results:
     """What a CPU reader sees: the full H200 run of ``make bench`` once it is recorded, the
     peers-only anchors until then. Re-running a notebook picks the newer file up."""
@@ -324,7 +332,9 @@ def anchor_comparison(res: Results, anchors: Results | None = None) -> str:
     (this run / anchor). Peers far from 1.0x mean this GPU or software stack differs (clocks,
     thermals, versions) and the anchors are only context; ours is printed against the anchors'
     cuDNN for orientation."""
-    anchors = anchors or load_anchors()
+    anchors = anchors or anchors_or_none()
+    if anchors is None:
+        return ""
     lines = ["fp16 against the anchors (median over matching configurations):"]
     for p in [p for p in res.providers() if p in anchors.providers() or p == "ours"]:
         for mode in ("fwd", "fwd_bwd"):
@@ -391,6 +401,8 @@ def _figure_legend(fig, axes) -> None:
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(label, handle)
+    if not seen:
+        return
     fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=min(5, len(seen)),
                fontsize=8, frameon=False)
 

@@ -1,0 +1,419 @@
+"""The benchmark harness (flashtext.bench): FLOP and byte accounting, timing statistics, the
+float64 check, error handling per provider, ratios against the targets, the JSON it writes,
+the figures, and the command line. Everything runs on the CPU in seconds (quick shapes)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from flashtext import recorded
+from flashtext import reference as ref
+from flashtext.bench import __main__ as cli
+from flashtext.bench import core, report
+
+TINY = dict(dtypes=("float16",), ds=(64,), causals=(False,), ns=(64,), tokens=128, hidden=64,
+            warmup_ms=0.0, rep_ms=1.0, budget_s=None, quick=True)
+
+
+# ------------------------------------------------------------------------------ accounting
+
+def test_flops_follow_the_standard_count():
+    cfg = core.Config("float16", 128, False, 4096, 4, 16)
+    assert cfg.flops("fwd") == 4 * 4 * 16 * 4096**2 * 128
+    assert cfg.flops("fwd_bwd") == 3.5 * cfg.flops("fwd")
+    causal = core.Config("float16", 128, True, 4096, 4, 16)
+    assert causal.flops("fwd") == cfg.flops("fwd") / 2
+    assert causal.flops("fwd_bwd") == 3.5 * 0.5 * cfg.flops("fwd")
+
+
+def test_tflops_from_a_timing():
+    # 5.5e11 FLOPs in 1 ms is 550 TFLOP/s
+    assert core.tflops(5.5e11, 1.0) == pytest.approx(550.0, rel=1e-12)
+    assert core.tflops(1e12, 1000.0) == pytest.approx(1.0, rel=1e-12)
+    with pytest.raises(ValueError, match="ms"):
+        core.tflops(1e12, 0.0)
+
+
+def test_min_bytes_are_the_compulsory_traffic():
+    b, h, n, d = 4, 16, 4096, 128
+    fwd = core.attention_min_bytes(b, h, n, d, 2, "fwd")
+    assert fwd == 4 * b * h * n * d * 2  # Q, K, V read and O written, once each
+    assert core.attention_min_bytes(b, h, n, d, 2, "bwd") == 2 * fwd
+    assert core.attention_min_bytes(b, h, n, d, 2, "fwd_bwd") == 3 * fwd
+    assert core.Config("bfloat16", d, True, n, b, h).min_bytes("fwd") == fwd  # mask: same bytes
+    with pytest.raises(ValueError, match="mode"):
+        core.attention_min_bytes(b, h, n, d, 2, "both")
+
+
+def test_roofline_numbers_use_the_measured_ceilings():
+    cfg = core.Config("float16", 128, False, 4096, 4, 16)
+    rows = [core._row(cfg, "ours", "fwd", "ok", ms=1.0, tflops=0.0)]
+    ceilings = {"matmul_flops": {"float16": 750e12}, "copy_bandwidth": 4.25e12}
+    core.add_roofline(rows, ceilings)
+    r = rows[0]
+    assert r["t_compute_ms"] == pytest.approx(cfg.flops("fwd") / 750e12 * 1e3)
+    assert r["t_memory_ms"] == pytest.approx(cfg.min_bytes("fwd") / 4.25e12 * 1e3)
+    assert r["bound"] == "compute" and r["t_compute_ms"] > 10 * r["t_memory_ms"]
+    assert r["roof_fraction"] == pytest.approx(r["t_compute_ms"] / 1.0)
+    skipped = [core._row(cfg, "ours", "fwd", "oom", "x")]
+    core.add_roofline(skipped, ceilings)
+    assert "t_compute_ms" not in skipped[0]
+
+
+# ------------------------------------------------------------------------------ settings
+
+def test_settings_validate_and_order_the_sweep():
+    s = core.Settings(dtypes=("fp16", "bf16"), ds=(128, 64), ns=(2048, 512))
+    assert s.dtypes == ("float16", "bfloat16")
+    cfgs = s.configs()
+    assert len(cfgs) == 2 * 2 * 2 * 2
+    assert [c.n for c in cfgs[:2]] == [512, 2048]  # N ascending inside a group
+    assert cfgs[0] == core.Config("float16", 128, False, 512, 32, 16)
+    assert all(c.batch * c.n == 16384 and c.heads * c.d == 2048 for c in cfgs)
+    for bad, word in [(dict(dtypes=("fp8",)), "dtype"), (dict(ns=(3000,)), "tokens"),
+                      (dict(ds=(96,)), "hidden"), (dict(providers=("xformers",)), "providers"),
+                      (dict(modes=("bwd",)), "modes"), (dict(ns=()), "ns"),
+                      (dict(causals=(1,)), "causals"), (dict(rep_ms=0), "rep_ms")]:
+        with pytest.raises(ValueError, match=word):
+            core.Settings(**bad)
+
+
+def test_quick_preset_is_tiny_and_overridable():
+    s = core.Settings.quick_preset(providers=("math",))
+    assert s.quick and s.budget_s is None and max(s.ns) <= 128
+    assert s.providers == ("math",)
+
+
+# ------------------------------------------------------------------------------ timing
+
+def test_summarize_median_and_quantiles():
+    t = core.summarize([5.0, 1.0, 3.0, 2.0, 4.0], "do_bench")
+    assert (t.ms, t.reps, t.timer) == (3.0, 5, "do_bench")
+    assert t.ms_q20 == pytest.approx(1.8) and t.ms_q80 == pytest.approx(4.2)
+    assert core.summarize([7.0], "x").ms_q80 == 7.0
+    with pytest.raises(ValueError, match="times_ms"):
+        core.summarize([], "x")
+
+
+def test_cpu_timer_resets_gradients_and_counts_calls():
+    x = torch.ones(3, requires_grad=True)
+    calls = []
+
+    def fn():
+        assert x.grad is None  # grad_to_none is honoured before every timed call
+        calls.append(1)
+        (x * 2).sum().backward()
+
+    t = core.time_call(fn, warmup_ms=0, rep_ms=5, grad_to_none=[x], gpu=False)
+    assert t.timer == "perf_counter" and t.reps == len(calls) >= 1 and t.ms > 0
+
+
+# ------------------------------------------------------------------------------ correctness
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_reference_slices_match_the_numpy_float64_reference(causal):
+    g = torch.Generator().manual_seed(1)
+    q, k, v, do = (torch.randn(3, 2, 24, 16, generator=g, dtype=torch.float16)
+                   for _ in range(4))
+    got = core.reference_slices(q, k, v, do, causal=causal, scale=0.3)
+    assert set(got) == {(0, 0), (2, 1)}  # the first and the last (batch, head)
+    for (b, h), entry in got.items():
+        args = [x[b, h].double().numpy() for x in (q, k, v)]
+        np.testing.assert_allclose(entry["o"][0, 0].numpy(),
+                                   ref.attention(*args, causal=causal, scale=0.3),
+                                   rtol=1e-10, atol=1e-13)
+        grads = ref.attention_backward(*args, do[b, h].double().numpy(), causal=causal,
+                                       scale=0.3)
+        for name, expected in zip(("dq", "dk", "dv"), grads, strict=True):
+            np.testing.assert_allclose(entry[name][0, 0].numpy(), expected, rtol=1e-9,
+                                       atol=1e-12)
+
+
+def test_scaled_error():
+    r = torch.tensor([[1.0, -4.0]], dtype=torch.float64)
+    assert core.scaled_error(r.half(), r) == 0.0
+    assert core.scaled_error(torch.tensor([[1.0, -3.0]]), r) == pytest.approx(0.25)
+    assert core.scaled_error(torch.tensor([[float("nan"), 0.0]]), r) == math.inf
+    assert core.scaled_error(torch.tensor([[0.5, 0.0]]), torch.zeros(1, 2).double()) == 0.5
+
+
+def test_classify_errors():
+    assert core.classify(torch.cuda.OutOfMemoryError("CUDA out of memory."))[0] == "oom"
+    assert core.classify(RuntimeError("CUDA error: out of memory"))[0] == "oom"
+    assert core.classify(ImportError("no module"))[0] == "unavailable"
+    assert core.classify(RuntimeError("No available kernel. Aborting execution."))[0] \
+        == "unsupported"
+    assert core.classify(NotImplementedError("no backward on CPU"))[0] == "unsupported"
+    assert core.classify(ValueError("head_dim too big"))[0] == "unsupported"
+    status, reason = core.classify(RuntimeError("illegal memory access\nmore lines"))
+    assert status == "error" and reason == "RuntimeError: illegal memory access"
+
+
+# ------------------------------------------------------------------------------ the sweep
+
+def _fake(monkeypatch, attn_factory, name="ours"):
+    """Replace a provider by a fake whose attn is built by ``attn_factory(cfg)``."""
+    monkeypatch.setitem(core.PROVIDERS, name, core.Provider(
+        name, "fake", "a test double", lambda cfg, device: core.Prepared(attn_factory(cfg))))
+
+
+def _math(cfg):
+    def attn(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal,
+                                                                scale=cfg.scale)
+    return attn
+
+
+def test_sweep_rows_have_the_schema_and_pass_the_check(monkeypatch):
+    _fake(monkeypatch, _math)
+    s = core.Settings(**{**TINY, "providers": ("ours", "math", "cudnn"), "ns": (32, 64),
+                         "causals": (False, True)})
+    payload = core.run(s, log=None)
+    json.dumps(payload, allow_nan=False)  # strict JSON: no NaN or inf anywhere
+    assert payload["kind"] == "flashtext.bench" and payload["partial"] is False
+    assert set(payload["providers"]) == {"ours", "math", "cudnn"}
+    rows = payload["rows"]
+    assert len(rows) == 4 * 3 * 2  # configurations x providers x modes
+    assert {r["status"] for r in rows} <= set(core.STATUSES)
+    for r in rows:
+        if r["provider"] == "cudnn":  # no cuDNN on a CPU: recorded, not raised
+            assert r["status"] == "unsupported" and "RuntimeError" in r["reason"]
+            continue
+        assert r["status"] == "ok" and r["correct"] is True, r
+        assert r["tflops"] == pytest.approx(core.tflops(r["flops"], r["ms"]))
+        names = {"o"} if r["mode"] == "fwd" else {"o", "dq", "dk", "dv"}
+        assert set(r["max_error"]) == names
+        assert max(r["max_error"].values()) < core.TOLERANCE["float16"] / 5
+
+
+def test_a_wrong_kernel_is_flagged_not_hidden(monkeypatch):
+    def forgot_causal(cfg):  # ignores the mask: right on non-causal inputs only
+        return lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, scale=cfg.scale)
+
+    _fake(monkeypatch, forgot_causal)
+    s = core.Settings(**{**TINY, "providers": ("ours",), "causals": (False, True)})
+    rows = core.run(s, log=None)["rows"]
+    verdict = {(r["causal"], r["mode"]): r["correct"] for r in rows}
+    assert verdict == {(False, "fwd"): True, (False, "fwd_bwd"): True,
+                       (True, "fwd"): False, (True, "fwd_bwd"): False}
+    bad = next(r for r in rows if r["causal"] and r["mode"] == "fwd")
+    assert bad["max_error"]["o"] > 0.1 and bad["status"] == "ok"  # timed, but flagged
+    text = report.summary_text(report.Results({}, rows))
+    assert "WRONG RESULT ours" in text
+
+
+def test_provider_failures_are_recorded_and_the_sweep_goes_on(monkeypatch):
+    def raises(exc):
+        def factory(cfg):
+            def attn(q, k, v):
+                raise exc
+            return attn
+        return factory
+
+    _fake(monkeypatch, raises(RuntimeError("kernel exploded")), "ours")
+    _fake(monkeypatch, raises(torch.cuda.OutOfMemoryError("CUDA out of memory")), "flash")
+    monkeypatch.setitem(core.PROVIDERS, "flex", core.Provider(
+        "flex", "x", "x", lambda cfg, device: (_ for _ in ()).throw(ImportError("gone"))))
+    s = core.Settings(**{**TINY, "providers": ("ours", "flash", "flex", "math")})
+    rows = core.run(s, log=None)["rows"]
+    status = {(r["provider"], r["mode"]): r["status"] for r in rows}
+    assert status[("ours", "fwd")] == "error"
+    assert status[("flash", "fwd_bwd")] == "oom"
+    assert status[("flex", "fwd")] == "unavailable"
+    assert status[("math", "fwd")] == status[("math", "fwd_bwd")] == "ok"
+
+
+def test_skips_and_time_budget(monkeypatch):
+    s = core.Settings(**{**TINY, "providers": ("math",), "ns": (32, 64), "math_max_n": 32})
+    rows = core.run(s, log=None)["rows"]
+    assert {r["n"]: r["status"] for r in rows} == {32: "ok", 64: "skipped"}
+    assert "math-max-n" in next(r["reason"] for r in rows if r["n"] == 64)
+    s = core.Settings(**{**TINY, "providers": ("math",), "ns": (32, 64), "budget_s": 0.0})
+    rows = core.run(s, log=None)["rows"]  # the budget is checked before each configuration
+    assert all(r["status"] == "skipped" and "budget" in r["reason"] for r in rows)
+
+
+def test_our_kernel_runs_in_the_quick_sweep():
+    """The real kernel under the interpreter (slow: one tiny configuration), bf16 skipped."""
+    s = core.Settings(**{**TINY, "providers": ("ours",), "dtypes": ("fp16", "bf16"),
+                         "causals": (True,)})
+    rows = core.run(s, log=None)["rows"]
+    fp16 = [r for r in rows if r["dtype"] == "float16"]
+    assert all(r["status"] == "ok" and r["correct"] for r in fp16), fp16
+    bf16 = [r for r in rows if r["dtype"] == "bfloat16"]
+    assert all(r["status"] == "skipped" and "interpreter" in r["reason"] for r in bf16)
+
+
+# ------------------------------------------------------------------------------ ratios, targets
+
+def _results(tflops: dict, correct: bool = True) -> report.Results:
+    """Results with the given TFLOP/s per (provider, mode, d, causal, n), fp16."""
+    rows = []
+    for (p, mode, d, causal, n), t in tflops.items():
+        cfg = core.Config("float16", d, causal, n, 16384 // n, 2048 // d)
+        rows.append(core._row(cfg, p, mode, "ok", ms=cfg.flops(mode) / t / 1e9, tflops=t,
+                              correct=correct if p == "ours" else True))
+    return report.Results({"settings": {"tokens": 16384, "hidden": 2048}}, rows)
+
+
+def test_ratio_rows():
+    res = _results({("ours", "fwd", 128, False, 4096): 600.0,
+                    ("cudnn", "fwd", 128, False, 4096): 500.0,
+                    ("flash", "fwd", 128, False, 4096): 300.0})
+    (r,) = report.ratio_rows(res)
+    assert r["ours/cudnn"] == pytest.approx(1.2) and r["ours/flash"] == pytest.approx(2.0)
+    assert r["flex"] is None and r["ours/flex"] is None
+
+
+def test_targets_met_missed_and_gaps():
+    key = ("fwd", 128, False)
+    res = _results({("ours", *key, 2048): 560.0, ("cudnn", *key, 2048): 560.0,
+                    ("flash", *key, 2048): 380.0, ("flex", *key, 2048): 560.0,
+                    ("ours", *key, 1024): 100.0, ("cudnn", *key, 1024): 500.0})
+    verdict = {t["target"]: t for t in report.evaluate_targets(res)}
+    cudnn = verdict["fwd, d=128, N>=2k: >= 1.0x SDPA cuDNN"]
+    assert cudnn["status"] == "met" and (cudnn["met"], cudnn["scored"]) == (1, 1)  # N=1k exempt
+    flash = verdict["fwd, d=128, N>=2k: >= 1.5x SDPA flash (FA2)"]
+    assert flash["status"] == "missed" and flash["worst_ratio"] == pytest.approx(560 / 380)
+    flex = verdict["fwd, d=128, N>=2k: ahead of FlexAttention"]
+    assert flex["status"] == "missed"  # a tie is not "ahead"
+    assert verdict["fwd+bwd: >= 1.0x FlexAttention"]["status"] == "no data"
+    wrong = _results({("ours", *key, 2048): 900.0, ("cudnn", *key, 2048): 500.0},
+                     correct=False)
+    w = {t["target"]: t for t in report.evaluate_targets(wrong)}
+    assert w["fwd, d=128, N>=2k: >= 1.0x SDPA cuDNN"]["status"] == "missed"  # fast but wrong
+    lines = report.summary_text(res).splitlines()
+    cudnn_line = next(x for x in lines if x.strip().startswith("ours / SDPA cuDNN"))
+    assert cudnn_line.split()[-2:] == ["0.20", "1.00"]  # N=1k is below the target's N: no *
+    flash_line = next(x for x in lines if x.strip().startswith("ours / SDPA flash"))
+    assert flash_line.split()[-1] == "1.47*"
+
+
+def test_markdown_puts_the_two_roofline_numbers_first():
+    key = ("fwd", 128, False, 4096)
+    res = _results({("ours", *key): 400.0, ("cudnn", *key): 500.0})
+    for r in res.rows:
+        r.update(t_compute_ms=0.7, t_memory_ms=0.016)
+    md = report.markdown_tables(res)
+    assert "| FLOPs / ceiling (ms) | bytes / ceiling (ms) |" in md
+    miss = next(line for line in md.splitlines() if line.startswith("| fwd fp16 d=128 N=4096"))
+    assert "| 0.700 | 0.0160 |" in miss and "0.80" in miss
+
+
+def test_memory_growth():
+    rows = []
+    for n, per_token in ((512, 100.0), (4096, 110.0)):
+        cfg = core.Config("float16", 64, False, n, 16384 // n, 32)
+        rows.append(core._row(cfg, "ours", "fwd_bwd", "ok", ms=1.0, tflops=1.0,
+                              peak_bytes_per_token=per_token))
+        rows.append(core._row(cfg, "math", "fwd_bwd", "ok", ms=1.0, tflops=1.0,
+                              peak_bytes_per_token=100.0 * n / 512))
+    growth = {g["provider"]: g["growth"] for g in report.memory_growth(report.Results({}, rows))}
+    assert growth == {"ours": pytest.approx(1.1), "math": pytest.approx(8.0)}
+
+
+# ------------------------------------------------------------------------------ anchors, figures
+
+def test_anchors_become_rows():
+    raw = recorded.load("h200_peers_fp16")
+    res = report.load_anchors()
+    assert res.is_anchor
+    assert len(res.rows) == sum(len(a) - 3 for a in raw["rows"])
+    assert res.value("cudnn", "fwd", "float16", 128, False, 16384) == 575.5
+    assert res.value("flash", "fwd_bwd", "float16", 64, True, 1024) == 153.6
+    r = res.ok(provider="cudnn", mode="fwd", d=128, causal=False, n=4096)[0]
+    assert (r["batch"], r["heads"]) == (4, 16)
+    assert core.tflops(r["flops"], r["ms"]) == pytest.approx(552.5)
+    with pytest.raises(ValueError, match="neither"):
+        report.Results.from_payload({"gpu": "x"})
+
+
+def test_anchor_copy_matches_the_shared_file():
+    from pathlib import Path
+
+    shared = Path(__file__).resolve().parents[2] / "shared" / "anchors" / "h200_peers_fp16.json"
+    if not shared.exists():
+        pytest.skip("shared/anchors is not next to this checkout")
+    assert recorded.load("h200_peers_fp16")["rows"] == json.loads(shared.read_text())["rows"]
+
+
+def test_recorded_results_prefers_the_full_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(recorded, "DATA_DIR", tmp_path)
+    anchors = json.loads((recorded.Path(core.__file__).parents[1] / "data" /
+                          "h200_peers_fp16.json").read_text())
+    (tmp_path / "h200_peers_fp16.json").write_text(json.dumps(anchors))
+    assert report.recorded_results().is_anchor
+    recorded.save("bench_h200", {"kind": "flashtext.bench", "rows": []})
+    assert not report.recorded_results().is_anchor
+
+
+def test_figures_draw():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    anchors = report.load_anchors()
+    fig = report.figure_tflops(anchors)
+    assert len(fig.axes) == 2 * 4  # (fwd, fwd_bwd) x (d, causal)
+    plt.close(fig)
+    res = _results({("ours", "fwd", 128, False, n): 500.0 for n in (1024, 2048)})
+    ax = report.plot_tflops(res, dtype="float16", d=128, causal=False, mode="fwd",
+                            anchors=anchors, roof=(690, 790))
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert "flashtext (ours)" in labels and "SDPA cuDNN (anchor)" in labels
+    plt.close(ax.figure)
+    fig = report.figure_memory(res)
+    assert "no memory measured" in fig.axes[0].texts[0].get_text()
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------ command line
+
+def test_cli_helpers():
+    assert cli._parse_n("2k") == 2048 and cli._parse_n("512") == 512
+    assert cli.default_name("NVIDIA H200") == "bench_h200"
+    assert cli.default_name("NVIDIA H100 80GB HBM3") == "bench_h100_80gb_hbm3"
+    args = cli.parser().parse_args(["--dtype", "fp16,bf16", "--n", "1k", "2k", "--causal",
+                                    "true", "--providers", "ours,cudnn", "--budget-min", "0"])
+    s = cli.settings_from_args(args, quick=False)
+    assert s.dtypes == ("float16", "bfloat16") and s.ns == (1024, 2048)
+    assert s.causals == (True,) and s.providers == ("ours", "cudnn") and s.budget_s is None
+
+
+def test_cli_quick_run_writes_json_and_figures(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(recorded, "DATA_DIR", tmp_path / "data")
+    monkeypatch.setattr(cli, "ARTIFACTS", tmp_path / "artifacts")
+    argv = ["--quick", "--providers", "math", "flash", "--n", "32", "64", "--dtype", "fp16",
+            "--out", "bench_test"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "CPU SMOKE TEST" in out and "Targets (issue 7)" in out
+    data = recorded.load("bench_test")
+    assert data["partial"] is False and data["gpu"] == "cpu"
+    assert len(data["rows"]) == 2 * 2 * 2 * 2  # N x causal x providers x modes
+    assert (tmp_path / "artifacts" / "bench_test.png").exists()
+    assert (tmp_path / "artifacts" / "bench_test_memory.png").exists()
+    # --merge: measure one N again; its rows are replaced, the others kept, both runs recorded
+    assert cli.main(["--quick", "--providers", "math", "--n", "64", "--dtype", "fp16",
+                     "--out", "bench_test", "--merge", "--no-plot"]) == 0
+    merged = recorded.load("bench_test")
+    assert len(merged["rows"]) == 16 and len(merged["runs"]) == 2
+    assert cli.main(["--report", "bench_test", "--no-plot", "--markdown"]) == 0
+    assert "| target | status |" in capsys.readouterr().out
+
+
+def test_cli_merge_refuses_another_gpu():
+    old = {"gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6", "rows": []}
+    with pytest.raises(SystemExit, match="gpu"):
+        cli.merge(old, {**old, "gpu": "NVIDIA A100"})
+
+
+def test_cli_plan_lists_configurations(capsys):
+    assert cli.main(["--quick", "--plan", "--n", "64", "--dtype", "fp16"]) == 0
+    out = capsys.readouterr().out
+    assert "fp16 d=64 N=64 full (B=2, H=1)" in out and "causal" in out
