@@ -157,7 +157,7 @@ def test_classify_errors():
 def _fake(monkeypatch, attn_factory, name="ours"):
     """Replace a provider by a fake whose attn is built by ``attn_factory(cfg)``."""
     monkeypatch.setitem(core.PROVIDERS, name, core.Provider(
-        name, "fake", "a test double", lambda cfg, device: core.Prepared(attn_factory(cfg))))
+        name, "fake", "a test double", lambda cfg, device, s: core.Prepared(attn_factory(cfg))))
 
 
 def _math(cfg):
@@ -217,7 +217,7 @@ def test_provider_failures_are_recorded_and_the_sweep_goes_on(monkeypatch):
     _fake(monkeypatch, raises(RuntimeError("kernel exploded")), "ours")
     _fake(monkeypatch, raises(torch.cuda.OutOfMemoryError("CUDA out of memory")), "flash")
     monkeypatch.setitem(core.PROVIDERS, "flex", core.Provider(
-        "flex", "x", "x", lambda cfg, device: (_ for _ in ()).throw(ImportError("gone"))))
+        "flex", "x", "x", lambda cfg, device, s: (_ for _ in ()).throw(ImportError("gone"))))
     s = core.Settings(**{**TINY, "providers": ("ours", "flash", "flex", "math")})
     rows = core.run(s, log=None)["rows"]
     status = {(r["provider"], r["mode"]): r["status"] for r in rows}

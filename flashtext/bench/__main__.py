@@ -69,6 +69,9 @@ def parser() -> argparse.ArgumentParser:
     how.add_argument("--no-memory", action="store_true", help="skip the peak-memory call")
     how.add_argument("--budget-min", type=float, default=None,
                      help="stop starting configurations after this many minutes (8.5; 0 = none)")
+    how.add_argument("--flex-dynamic", action="store_true",
+                     help="compile FlexAttention once with dynamic shapes instead of once per "
+                          "shape (a faster sweep; its kernels may differ a little)")
     how.add_argument("--seed", type=int, default=0)
     out = ap.add_argument_group("output")
     out.add_argument("--out", default=None,
@@ -115,6 +118,8 @@ def settings_from_args(args: argparse.Namespace, quick: bool) -> core.Settings:
         given["memory"] = False
     if args.budget_min is not None:
         given["budget_s"] = args.budget_min * 60 if args.budget_min > 0 else None
+    if args.flex_dynamic:
+        given["flex_dynamic"] = True
     given["seed"] = args.seed
     return core.Settings.quick_preset(**given) if quick else core.Settings(**given)
 

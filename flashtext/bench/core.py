@@ -63,6 +63,7 @@ class Settings:
     check: bool = True  # correctness against float64 on a slice, in the same run
     memory: bool = True  # peak memory around one call (CUDA only)
     budget_s: float | None = 510.0  # stop starting new configurations after this long
+    flex_dynamic: bool = False  # FlexAttention compiled once with dynamic shapes (faster sweep)
     seed: int = 0
     quick: bool = False  # CPU smoke test: tiny shapes, no timing claims
 
@@ -198,11 +199,11 @@ class Provider:
     name: str
     label: str
     description: str
-    prepare: Callable[[Config, str], Prepared]
+    prepare: Callable[[Config, str, Settings], Prepared]
     skip: Callable[[Config, Settings, bool], str | None] = lambda cfg, s, gpu: None
 
 
-def _prepare_ours(cfg: Config, device: str) -> Prepared:
+def _prepare_ours(cfg: Config, device: str, s: Settings) -> Prepared:
     from flashtext.kernels import flash_attention  # lazily: the kernel may be under repair
 
     def attn(q, k, v):
@@ -211,8 +212,8 @@ def _prepare_ours(cfg: Config, device: str) -> Prepared:
     return Prepared(attn)
 
 
-def _sdpa(backend_name: str) -> Callable[[Config, str], Prepared]:
-    def prepare(cfg: Config, device: str) -> Prepared:
+def _sdpa(backend_name: str) -> Callable[[Config, str, Settings], Prepared]:
+    def prepare(cfg: Config, device: str, s: Settings) -> Prepared:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         backend = getattr(SDPBackend, backend_name)
@@ -226,17 +227,17 @@ def _sdpa(backend_name: str) -> Callable[[Config, str], Prepared]:
     return prepare
 
 
-_FLEX_COMPILED: Callable | None = None
+_FLEX_COMPILED: dict[bool, Callable] = {}
 
 
-def _flex_compiled() -> Callable:
-    """torch.compile(flex_attention, dynamic=False), made once per process.
+def _flex_compiled(dynamic: bool) -> Callable:
+    """torch.compile(flex_attention, dynamic=...), made once per process.
 
-    Static shapes are how FlexAttention's own benchmarks run it (each N gets its own kernel);
-    the recompile limits are raised so a sweep of many shapes never falls back to eager.
+    Static shapes (the default) are how FlexAttention's own benchmarks run it: each shape gets
+    its own kernel, at the price of a compile per shape. The recompile limits are raised so a
+    sweep of many shapes never falls back to eager.
     """
-    global _FLEX_COMPILED
-    if _FLEX_COMPILED is None:
+    if dynamic not in _FLEX_COMPILED:
         import torch._dynamo
         from torch.nn.attention.flex_attention import flex_attention
 
@@ -245,19 +246,19 @@ def _flex_compiled() -> Callable:
                      "accumulated_cache_size_limit"):
             if hasattr(config, name):
                 setattr(config, name, max(getattr(config, name), 1024))
-        _FLEX_COMPILED = torch.compile(flex_attention, dynamic=False)
-    return _FLEX_COMPILED
+        _FLEX_COMPILED[dynamic] = torch.compile(flex_attention, dynamic=dynamic)
+    return _FLEX_COMPILED[dynamic]
 
 
 def _causal_mask_mod(b, h, q_idx, kv_idx):
     return q_idx >= kv_idx
 
 
-def _prepare_flex(cfg: Config, device: str) -> Prepared:
+def _prepare_flex(cfg: Config, device: str, s: Settings) -> Prepared:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     # Compiled on a GPU; under the interpreter (CPU smoke test) eager is enough and fast.
-    fn = _flex_compiled() if device == "cuda" else flex_attention
+    fn = _flex_compiled(s.flex_dynamic) if device == "cuda" else flex_attention
     # The block mask is built once per shape, outside the timed region.
     mask = (create_block_mask(_causal_mask_mod, None, None, cfg.n, cfg.n, device=device)
             if cfg.causal else None)
@@ -594,7 +595,7 @@ def _measure_provider(name: str, cfg: Config, inputs, ref, s: Settings, st: _Sta
         return [_row(cfg, name, mode, "skipped", reason) for mode in s.modes]
     with _capture_warnings() as caught:
         try:
-            prepared = provider.prepare(cfg, st.device)
+            prepared = provider.prepare(cfg, st.device, s)
         except Exception as exc:  # noqa: BLE001
             status, why = classify(exc, caught)
             return [_row(cfg, name, mode, status, why) for mode in s.modes]
@@ -685,7 +686,9 @@ def run(s: Settings, *, log: Callable[[str], None] | None = print,
                             "cuda": torch.version.cuda,
                             "cudnn": torch.backends.cudnn.version() if gpu else None,
                             "argv": sys.argv[1:]},
-            "providers": {name: PROVIDERS[name].description for name in s.providers},
+            "providers": {name: PROVIDERS[name].description
+                          + (" [this run: dynamic=True]" if name == "flex" and s.flex_dynamic
+                             else "") for name in s.providers},
             "ceilings": ceilings,
             "elapsed_s": round(time.perf_counter() - st.start, 1),
             "cuda_lost": st.cuda_lost,
