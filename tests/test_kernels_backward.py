@@ -65,17 +65,32 @@ def test_sweep_backward_gpu(case):
     assert not errors.failures(), (case.label(), errors.failures())
 
 
-CONFIGS = [(16, 16), (16, 32), (32, 16), (64, 16), (16, 64)]
+# As in test_kernels_forward: every offset N_k - N_q in [-18, 18] puts the causal diagonal at
+# every residue modulo the tile sizes, for the dK/dV kernel's Q-block range as for dQ's K range.
+CONFIGS = [(16, 16), (16, 32), (32, 16)]
+
+
+def _configs(blocks):
+    c = KernelConfig(*blocks)
+    return {"bwd_pre": c, "bwd_dkdv": c, "bwd_dq": c}
 
 
 @pytest.mark.parametrize("blocks", CONFIGS, ids=lambda b: f"M{b[0]}xN{b[1]}")
-@pytest.mark.parametrize("n_q,n_k", [(33, 70), (70, 33), (48, 48), (1, 50), (50, 1)])
-def test_tile_shapes_causal_and_ragged(blocks, n_q, n_k):
-    c = KernelConfig(*blocks)
-    configs = {"bwd_pre": c, "bwd_dkdv": c, "bwd_dq": c}
+def test_causal_diagonal_at_every_offset(blocks):
+    n_q = 20
+    for offset in range(-18, 19):
+        n_k = n_q + offset
+        q, k, v, do = (_rand(1, 1, n, 16, seed=s) for s, n in enumerate((n_q, n_k, n_k, n_q)))
+        _check_grads(q, k, v, do, True, _configs(blocks))
+
+
+@pytest.mark.parametrize("blocks", CONFIGS + [(64, 16), (16, 64)],
+                         ids=lambda b: f"M{b[0]}xN{b[1]}")
+@pytest.mark.parametrize("n_q,n_k", [(33, 70), (70, 33), (1, 50), (50, 1)])
+def test_tile_shapes_ragged(blocks, n_q, n_k):
     q, k, v, do = (_rand(2, 2, n, 16, seed=s) for s, n in enumerate((n_q, n_k, n_k, n_q)))
     for causal in (False, True):
-        _check_grads(q, k, v, do, causal, configs)
+        _check_grads(q, k, v, do, causal, _configs(blocks))
 
 
 def test_queries_that_see_no_key_get_zero_gradient():

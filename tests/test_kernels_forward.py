@@ -68,15 +68,25 @@ def test_sweep_covers_the_required_shapes():
     assert {c.dtype for c in GPU_SWEEP} == {"float32", "float16", "bfloat16"}
 
 
-# BLOCK_M != BLOCK_N moves the causal diagonal across tiles in every possible way; the default
-# configuration alone would test only one of them.
-CONFIGS = [KernelConfig(16, 16), KernelConfig(16, 32), KernelConfig(32, 16),
-           KernelConfig(64, 16), KernelConfig(16, 64)]
+# Where the causal diagonal crosses a tile depends on (N_k - N_q) modulo the tile sizes; the
+# default configuration and the sweep's shapes alone would test only a few of those crossings.
+# N_q = 20 and every offset N_k - N_q in [-18, 18] covers every residue modulo 16 and 32.
+CONFIGS = [KernelConfig(16, 16), KernelConfig(16, 32), KernelConfig(32, 16)]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"M{c.BLOCK_M}xN{c.BLOCK_N}")
-@pytest.mark.parametrize("n_q,n_k", [(33, 70), (70, 33), (48, 48), (1, 50), (50, 1)])
-def test_tile_shapes_causal_and_ragged(config, n_q, n_k):
+def test_causal_diagonal_at_every_offset(config):
+    n_q = 20
+    for offset in range(-18, 19):
+        n_k = n_q + offset
+        q, k, v = (_rand(1, 2, n, 16, seed=s) for s, n in enumerate((n_q, n_k, n_k)))
+        _check_forward(q, k, v, True, config=config)
+
+
+@pytest.mark.parametrize("config", CONFIGS + [KernelConfig(64, 16), KernelConfig(16, 64)],
+                         ids=lambda c: f"M{c.BLOCK_M}xN{c.BLOCK_N}")
+@pytest.mark.parametrize("n_q,n_k", [(33, 70), (70, 33), (1, 50), (50, 1)])
+def test_tile_shapes_ragged(config, n_q, n_k):
     q, k, v = (_rand(2, 2, n, 16, seed=s) for s, n in enumerate((n_q, n_k, n_k)))
     for causal in (False, True):
         _check_forward(q, k, v, causal, config=config)
