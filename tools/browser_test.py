@@ -220,7 +220,11 @@ def browser() -> Iterator[object]:
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
         try:
-            yield b
+            # one context: its HTTP cache spares reloading JupyterLab's bundles per chapter;
+            # each chapter still gets its own page and its own reset workspace
+            context = b.new_context(viewport={"width": 1400, "height": 1000})
+            context.set_default_timeout(STEP_MS)
+            yield context
         finally:
             b.close()
 
@@ -361,7 +365,9 @@ def _open_and_run(page: object, lab: Lab, name: str, settle_s: float = WIDGETS_S
     # a workspace of its own, reset: no other notebook is restored (and started) with it
     page.goto(lab.url(f"/lab/workspaces/ft-{Path(name).stem}/tree/{name}?reset"), timeout=60_000)
     _wait(f"{name} to open", lambda: page.evaluate(STATE_JS, name) is not None, KERNEL_IDLE_S)
+    t_open = time.monotonic()
     _wait("an idle kernel", lambda: _kernel_state(lab, name) == "idle", KERNEL_IDLE_S)
+    t_idle = time.monotonic()
     _run_all(page)
     first_code = next(c["i"] for c in page.evaluate(STATE_JS, name)["cells"]
                       if c["type"] == "code")
@@ -380,6 +386,8 @@ def _open_and_run(page: object, lab: Lab, name: str, settle_s: float = WIDGETS_S
         running = [c["i"] for c in page.evaluate(STATE_JS, name)["cells"] if c.get("running")]
         raise AssertionError(f"{e}; cells still running or queued: {running}") from None
     ran_s = time.monotonic() - t0
+    print(f"{name}: opened in {t_open - t0:.1f} s, kernel idle after {t_idle - t_open:.1f} s, "
+          f"Run All took {time.monotonic() - t_idle:.1f} s")
     with contextlib.suppress(TimeoutError):  # widget views render after the kernel is idle
         _wait("widgets to render", lambda: not page.evaluate(STATE_JS, name)["fallbacks"],
               settle_s)
@@ -388,12 +396,10 @@ def _open_and_run(page: object, lab: Lab, name: str, settle_s: float = WIDGETS_S
 
 @contextlib.contextmanager
 def _page(browser: object, lab: Lab, name: str, stem: str) -> Iterator[object]:
-    """A fresh browser context for one notebook; on failure a screenshot and the logs; always
-    the notebook's kernel shut down (one kernel at a time on a 2-core machine)."""
+    """A fresh page for one notebook; on failure a screenshot and the logs; always the
+    notebook's kernel shut down (one kernel at a time on a 2-core machine)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(STEP_MS)
-    page = context.new_page()
+    page = browser.new_page()
     page.remote_requests = []
     console_errors: list[str] = []
 
@@ -417,7 +423,7 @@ def _page(browser: object, lab: Lab, name: str, stem: str) -> Iterator[object]:
         raise
     finally:
         _shutdown_sessions(lab, name)
-        context.close()
+        page.close()
 
 
 @pytest.mark.parametrize("nb_path", _chapters(), ids=lambda p: p.stem)
