@@ -1,0 +1,24 @@
+"""Chapter 13 reference solutions."""
+
+import math
+
+import numpy as np
+
+
+def exp_time_fraction(d: int, matmul_flops: float, exp_flops: float) -> float:
+    # one exp per score against 4d matmul FLOPs per score (2d for Q K^T, 2d for P V)
+    return (1.0 / exp_flops) / (4 * d / matmul_flops)
+
+
+def fwht(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[-1]
+    lead = x.shape[:-1]
+    y = x.copy()
+    h = 1
+    while h < n:
+        y = y.reshape(*lead, n // (2 * h), 2, h)
+        a, b = y[..., 0, :], y[..., 1, :]
+        y = np.stack([a + b, a - b], axis=-2)
+        h *= 2
+    return y.reshape(*lead, n) / math.sqrt(n)
