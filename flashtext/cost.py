@@ -6,6 +6,7 @@ Counts are in *elements* unless a name says bytes; multiply by the dtype size (2
 from __future__ import annotations
 
 import math
+import numbers
 
 
 def attention_flops(batch: int, heads: int, n_q: int, d: int, n_k: int | None = None,
@@ -59,7 +60,7 @@ LOOP_ORDERS = ("kv_outer", "q_outer")
 
 def _positive(**values: int) -> None:
     for name, value in values.items():
-        if not isinstance(value, (int,)) or isinstance(value, bool) or value <= 0:
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
@@ -161,3 +162,58 @@ def compulsory_hbm_elements(n: int, d: int, n_k: int | None = None) -> int:
     _positive(n=n, d=d, n_k=n_k)
     return 2 * n * d + 2 * n_k * d
 
+
+
+def fa2_hbm_elements(n: int, d: int, block_m: int, n_k: int | None = None) -> dict[str, dict]:
+    """HBM traffic of FlashAttention-2's schedule (outer loop over query blocks, O, l, m kept on
+    chip): Q read once, K and V read once per query block (Tr = ceil(N / block_m) times), O
+    written once, and one log-sum-exp per row written for the backward. No causal skipping.
+    """
+    n_k = n if n_k is None else n_k
+    _positive(n=n, d=d, block_m=block_m, n_k=n_k)
+    tr = math.ceil(n / block_m)
+    return {"reads": {"Q": n * d, "K": tr * n_k * d, "V": tr * n_k * d},
+            "writes": {"O": n * d, "lse": n}}
+
+
+def attention_bytes(kind: str, n: int, d: int, *, batch: int = 1, heads: int = 1,
+                    bytes_per_element: int = 2, m_elements: int | None = None) -> float:
+    """Predicted HBM bytes of one forward pass over ``batch * heads`` heads.
+
+    ``kind``: "standard" (Algorithm 0: 4Nd + 4N^2 per head), "compulsory" (read Q, K, V, write O
+    once: 4Nd), or "fa1" (Algorithm 1's exact count; needs ``m_elements``).
+    """
+    _positive(batch=batch, heads=heads, bytes_per_element=bytes_per_element)
+    if kind == "standard":
+        per_head = standard_attention_hbm_total(n, d)
+    elif kind == "compulsory":
+        per_head = compulsory_hbm_elements(n, d)
+    elif kind == "fa1":
+        if m_elements is None:
+            raise ValueError("kind='fa1' needs m_elements (the SRAM size M in elements)")
+        per_head = fa1_hbm_total(n, d, m_elements)
+    else:
+        raise ValueError(f"kind must be 'standard', 'compulsory' or 'fa1', got {kind!r}")
+    return float(per_head) * batch * heads * bytes_per_element
+
+
+def fa1_crossover_m(n: int, d: int) -> int | None:
+    """The smallest M (elements) at which Algorithm 1 moves fewer HBM elements than standard
+    attention, or None if no M does (tiny N: even with one K/V block, Tc = 1, Algorithm 1's
+    6Nd + 6N is not below 4Nd + 4N^2). Algorithm 1's count only falls as M grows
+    (Tc = ceil(N / ceil(M / 4d)) never rises), so a binary search finds it. Roughly 3 d^2:
+    the count is ~12 N^2 d^2 / M against standard attention's ~4 N^2."""
+    _positive(n=n, d=d)
+    target = standard_attention_hbm_total(n, d)
+    lo, hi = 1, 4 * n * d  # from M = 4Nd on, Tc = 1 and the count stops falling
+    if fa1_hbm_total(n, d, hi) >= target:
+        return None
+    if fa1_hbm_total(n, d, lo) < target:
+        return lo
+    while hi - lo > 1:  # invariant: count(lo) >= target > count(hi)
+        mid = (lo + hi) // 2
+        if fa1_hbm_total(n, d, mid) < target:
+            hi = mid
+        else:
+            lo = mid
+    return hi

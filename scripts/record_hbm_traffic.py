@@ -197,11 +197,12 @@ def group_by_stream(kernels: list[dict], n_configs: int) -> list[list[dict]]:
     return groups
 
 
-def main() -> None:
-    torch = _require_cuda()
-    sys.path.insert(0, str(ROOT))
-    from flashtext import recorded
+def measure() -> dict:
+    """Time every configuration, then count its DRAM bytes under ncu; returns the payload.
 
+    Also used live by chapter 6 on a GPU (it loads this file and calls ``measure()``).
+    """
+    torch = _require_cuda()
     t0 = time.time()
     timings = time_configs(torch)
     ncu = find_ncu()
@@ -228,7 +229,7 @@ def main() -> None:
         ver = subprocess.run([ncu, "--version"], capture_output=True, text=True)
         ncu_info["path"] = ncu
         ncu_info["version"] = ver.stdout.strip().splitlines()[-1] if ver.stdout else "unknown"
-    payload = {
+    return {
         "what": "DRAM bytes moved by one forward attention call, summed over its kernels",
         "naive": "torch.matmul(Q, K^T) -> torch.softmax -> torch.matmul(P, V), fp16, Q pre-scaled",
         "flash": "torch SDPA with SDPBackend.FLASH_ATTENTION (FlashAttention-2), fp16",
@@ -236,12 +237,20 @@ def main() -> None:
         "rows": rows,
         "total_seconds": round(time.time() - t0, 1),
     }
+
+
+def main() -> None:
+    sys.path.insert(0, str(ROOT))
+    from flashtext import recorded
+
+    payload = measure()
     out = recorded.save("hbm_traffic", payload)
-    print(f"wrote {out} in {payload['total_seconds']} s; ncu ok: {result['ok']}")
-    for r in rows:
-        extra = "" if grouped is None else (f" read {r['dram__bytes_read.sum'] / 1e6:10.1f} MB"
-                                            f" write {r['dram__bytes_write.sum'] / 1e6:10.1f} MB")
-        print(f"{r['impl']:6s} N={r['n']:5d} d={r['d']:3d} {r['seconds']*1e3:8.3f} ms{extra}")
+    print(f"wrote {out} in {payload['total_seconds']} s; ncu ok: {payload['ncu']['ok']}")
+    for r in payload["rows"]:
+        extra = "" if "dram__bytes_read.sum" not in r else (
+            f" read {r['dram__bytes_read.sum'] / 1e6:10.1f} MB"
+            f" write {r['dram__bytes_write.sum'] / 1e6:10.1f} MB")
+        print(f"{r['impl']:6s} N={r['n']:5d} d={r['d']:3d} {r['seconds'] * 1e3:8.3f} ms{extra}")
 
 
 if __name__ == "__main__":

@@ -102,3 +102,46 @@ def test_sram_elements_itemised():
     assert cost.fa1_sram_elements(3000, 16, bc=10, br=2)["S_ij"] == 20
     with pytest.raises(ValueError, match="bc"):
         cost.fa1_sram_elements(3000, 16, bc=-1)
+
+
+def test_fa2_schedule_count_matches_the_fa2_simulator():
+    import numpy as np
+
+    from flashtext import fa2
+
+    rng = np.random.default_rng(0)
+    for n, n_k, d, bm, bn in [(100, 100, 8, 32, 16), (64, 33, 4, 16, 16)]:
+        q, k, v = rng.standard_normal((n, d)), rng.standard_normal((n_k, d)), \
+            rng.standard_normal((n_k, d))
+        _, _, tally = fa2.schedule_forward(q, k, v, BLOCK_M=bm, BLOCK_N=bn)
+        ours = cost.fa2_hbm_elements(n, d, bm, n_k=n_k)
+        assert dict(tally.reads) == ours["reads"] and dict(tally.writes) == ours["writes"]
+
+
+def test_attention_bytes():
+    assert cost.attention_bytes("standard", 4096, 64, batch=4, heads=16) == \
+        (4 * 4096 * 64 + 4 * 4096**2) * 64 * 2
+    assert cost.attention_bytes("compulsory", 1024, 128, bytes_per_element=4) == 4 * 1024 * 128 * 4
+    assert cost.attention_bytes("fa1", 512, 64, m_elements=49152) == \
+        cost.fa1_hbm_total(512, 64, 49152) * 2
+    with pytest.raises(ValueError, match="m_elements"):
+        cost.attention_bytes("fa1", 512, 64)
+    with pytest.raises(ValueError, match="kind"):
+        cost.attention_bytes("flash", 512, 64)
+
+
+@given(n=st.integers(1, 3000), d=st.integers(1, 200))
+def test_crossover_is_the_first_m_that_wins(n, d):
+    m = cost.fa1_crossover_m(n, d)
+    target = cost.standard_attention_hbm_total(n, d)
+    if m is None:
+        assert cost.fa1_hbm_total(n, d, 4 * n * d) >= target
+        return
+    assert cost.fa1_hbm_total(n, d, m) < target
+    assert m == 1 or cost.fa1_hbm_total(n, d, m - 1) >= target
+
+
+def test_crossover_is_about_3_d_squared():
+    for d in (32, 64, 128):
+        assert 3 * d * d <= cost.fa1_crossover_m(8192, d) <= 3.2 * d * d
+    assert cost.fa1_crossover_m(1, 64) is None

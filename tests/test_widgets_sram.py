@@ -78,3 +78,25 @@ def test_line12_stepper_controls():
     assert stepper.j == 0 and "key block j=1" in stepper.caption()
     with pytest.raises(ValueError, match="i must be in"):
         Line12Stepper(i=9)
+
+
+def test_traffic_curves_state_and_controls():
+    import matplotlib.pyplot as plt
+
+    from flashtext.widgets.sram import TrafficCurves
+
+    t = TrafficCurves(m_elements=116_736, d=64, n=4096)
+    s = t.state()
+    assert s["fa1"] == 8_019_968 and s["standard"] == 68_157_440 and s["Tc"] == 9
+    assert "8.5x fewer" in t.caption()
+    t.m_elements = 4096  # below the crossover (about 3 d^2): Algorithm 1 moves more
+    assert t.state()["ratio"] < 1 and "MORE than standard" in t.caption()
+    plt.close(t.figure())
+    box = t.widget()
+    m, gpu = box.children[0].children
+    d, n = box.children[1].children
+    d.value = 128
+    n.value = 1024
+    assert (t.d, t.n) == (128, 1024)
+    assert t.state()["crossover_m"] == cost.fa1_crossover_m(1024, 128)
+    assert "ft-traffic-curves" in box._dom_classes

@@ -1,9 +1,11 @@
-"""Chapters 4-5's widgets: the SRAM budget of Algorithm 1, and a line-12 stepper.
+"""Chapters 4-6's widgets: the SRAM budget of Algorithm 1, a line-12 stepper, traffic curves.
 
 * :class:`SRAMBudget` (chapter 4, Play): choose M, d and N; see Bc, Br, Tr, Tc, the tile grid of
   the N x N score matrix (which is never stored) and how full the SRAM is in one iteration.
 * :class:`Line12Stepper` (chapter 5): step through the key blocks of one row block and watch the
   green (already folded) and yellow (on chip now) keys, and one query row's softmax weights.
+* :class:`TrafficCurves` (chapter 6, Play): Algorithm 1's HBM accesses against N and against M,
+  next to standard attention's, and the M from which Algorithm 1 moves less.
 
 Both are state objects with ``figure()`` and ``widget()`` reading the same state; all numbers
 come from :mod:`flashtext.cost` and :mod:`flashtext.tiled`, nothing is recomputed here.
@@ -331,4 +333,113 @@ class Line12Stepper:
         redraw()
         box = w.VBox([w.HBox([i, j, query]), out])
         box.add_class("ft-line12-stepper")
+        return box
+
+
+# ------------------------------------------------------------------------ traffic (chapter 6)
+
+N_CHOICES = [2 ** k for k in range(8, 18)]
+
+
+@dataclass
+class TrafficCurves:
+    """Chapter 6's Play: HBM accesses of Algorithm 1 vs standard attention, per head.
+
+    Left: against N for the chosen (M, d). Right: against M for the chosen (N, d), with the M
+    at which Algorithm 1 starts to move less than standard attention. Counts are elements.
+    """
+
+    m_elements: int = 116_736  # an H100/H200's 228 KB of shared memory in fp16
+    d: int = 64
+    n: int = 4096
+
+    def __post_init__(self) -> None:
+        _check_positive(m_elements=self.m_elements, d=self.d, n=self.n)
+
+    def state(self) -> dict:
+        fa1 = cost.fa1_hbm_total(self.n, self.d, self.m_elements)
+        std = cost.standard_attention_hbm_total(self.n, self.d)
+        return {"fa1": fa1, "standard": std, "ratio": std / fa1,
+                "compulsory": cost.compulsory_hbm_elements(self.n, self.d),
+                "four_step": cost.fa1_hbm_four_step(self.n, self.d, self.m_elements),
+                "crossover_m": cost.fa1_crossover_m(self.n, self.d),
+                "Tc": cost.fa1_grid(self.n, self.d, self.m_elements)["Tc"]}
+
+    def caption(self) -> str:
+        s = self.state()
+        verdict = (f"{s['ratio']:.1f}x fewer than standard" if s["ratio"] > 1 else
+                   f"{1 / s['ratio']:.1f}x MORE than standard")
+        cross = ("never" if s["crossover_m"] is None else f"M >= {s['crossover_m']:,}")
+        return (f"M = {self.m_elements:,}, d = {self.d}, N = {self.n:,}: Algorithm 1 moves "
+                f"{s['fa1']:,} elements (Tc = {s['Tc']}), {verdict} ({s['standard']:,}); "
+                f"it wins for {cross} (about 3d^2 = {3 * self.d ** 2:,})")
+
+    def figure(self):
+        import matplotlib.pyplot as plt
+
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+        ns = np.array(N_CHOICES)
+        ax.loglog(ns, [cost.standard_attention_hbm_total(n, self.d) for n in ns], "C3-",
+                  label="standard: 4Nd + 4N^2")
+        ax.loglog(ns, [cost.fa1_hbm_total(n, self.d, self.m_elements) for n in ns], "C0-",
+                  label="Algorithm 1 (exact)")
+        ax.loglog(ns, [cost.fa1_hbm_four_step(n, self.d, self.m_elements) for n in ns], "C0:",
+                  label="four-step estimate 16N^2 d^2/M")
+        ax.loglog(ns, [cost.compulsory_hbm_elements(n, self.d) for n in ns], "k--", lw=1,
+                  label="compulsory: 4Nd")
+        s = self.state()
+        ax.plot([self.n], [s["fa1"]], "C0o")
+        ax.plot([self.n], [s["standard"]], "C3o")
+        ax.set_xlabel("N")
+        ax.set_ylabel("HBM accesses per head (elements)")
+        ax.set_title(f"against N (M = {self.m_elements:,}, d = {self.d})", fontsize=9)
+        ax.legend(fontsize=7)
+        ms = np.unique(np.geomspace(self.d, self.n * self.d, 200).astype(int))
+        bx.loglog(ms, [cost.fa1_hbm_total(self.n, self.d, int(m)) for m in ms], "C0-",
+                  label="Algorithm 1 (exact)")
+        bx.axhline(s["standard"], color="C3", label="standard attention")
+        bx.axhline(s["compulsory"], color="k", ls="--", lw=1, label="compulsory 4Nd")
+        if s["crossover_m"] is not None:
+            bx.axvline(s["crossover_m"], color="C2", ls=":", label=f"crossover M = "
+                       f"{s['crossover_m']:,}")
+        bx.axvline(self.m_elements, color="C0", lw=0.8, alpha=0.6)
+        bx.plot([self.m_elements], [s["fa1"]], "C0o")
+        bx.set_xlabel("M, SRAM size in elements (d <= M <= Nd)")
+        bx.set_title(f"against M (N = {self.n:,}, d = {self.d}): bigger SRAM, fewer accesses",
+                     fontsize=9)
+        bx.legend(fontsize=7)
+        fig.suptitle(self.caption(), fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    def widget(self):
+        import ipywidgets as w
+
+        out = w.Output()
+        presets = gpu_presets()
+        options = sorted(set(M_CHOICES) | set(presets.values()) | {self.m_elements})
+        m = w.SelectionSlider(options=options, value=self.m_elements, description="M (elements)",
+                              continuous_update=False, style={"description_width": "initial"})
+        gpu = w.Dropdown(options=["(choose)"] + list(presets), description="GPU, fp16")
+        d = w.Dropdown(options=[16, 32, 64, 128, 256], value=self.d, description="d")
+        n = w.SelectionSlider(options=sorted(set(N_CHOICES) | {self.n}), value=self.n,
+                              description="N", continuous_update=False)
+        for control, cls in ((m, "ft-traffic-m"), (gpu, "ft-traffic-gpu"), (d, "ft-traffic-d"),
+                             (n, "ft-traffic-n")):
+            control.add_class(cls)
+
+        def redraw(_=None):
+            self.m_elements, self.d, self.n = m.value, d.value, n.value
+            _redraw_into(out, self)
+
+        def pick_gpu(change):
+            if change["new"] in presets:
+                m.value = presets[change["new"]]
+
+        gpu.observe(pick_gpu, names="value")
+        for control in (m, d, n):
+            control.observe(redraw, names="value")
+        redraw()
+        box = w.VBox([w.HBox([m, gpu]), w.HBox([d, n]), out])
+        box.add_class("ft-traffic-curves")
         return box
