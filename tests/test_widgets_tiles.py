@@ -55,6 +55,7 @@ def test_stepper_widget_drives_state():
     play, step = box.children[0].children
     step.value = 3
     assert t.step == 2 and "step 3 of 4" in t.caption()
+    assert "step 3 of 4 — query-block 1, key-block 0" in box.children[3].value
     n, block = box.children[1].children
     n.value = 9
     assert t.n == 9 and t.total_steps == 25 and step.max == 25 and t.step == 0
@@ -72,6 +73,7 @@ def test_memory_bars_seed_numbers_and_flat_tile():
     box = bars.widget()
     box.children[0].children[0].value = 128
     assert bars.n == 128 and "16384" in bars.caption().replace(",", "")
+    assert box.children[1].value == bars.caption()
 
 
 def test_checkpoint_answer_and_feedback():

@@ -166,8 +166,10 @@ class TileStepper:
         n = w.IntSlider(value=self.n, min=2, max=32, description="n")
         block = w.IntSlider(value=self.block, min=1, max=16, description="block")
         order = w.ToggleButtons(options=ORDERS, value=self.order, description="order")
+        caption = w.HTML()
         for control, cls in ((step, "ft-tile-step"), (play, "ft-tile-play"), (n, "ft-tile-n"),
-                             (block, "ft-tile-block"), (order, "ft-tile-order")):
+                             (block, "ft-tile-block"), (order, "ft-tile-order"),
+                             (caption, "ft-tile-caption")):
             control.add_class(cls)
 
         def resize(_=None):
@@ -180,13 +182,15 @@ class TileStepper:
 
         def redraw(_=None):
             self.step = min(step.value, self.total_steps) - 1
+            caption.value = (f"<b>{self.caption()}</b> — {self.scores_on_chip()} of "
+                             f"{self.n * self.n} scores on chip")
             _redraw_into(out, self)
 
         step.observe(redraw, names="value")
         for control in (n, block, order):
             control.observe(resize, names="value")
         redraw()
-        box = w.VBox([w.HBox([play, step]), w.HBox([n, block]), order, out])
+        box = w.VBox([w.HBox([play, step]), w.HBox([n, block]), order, caption, out])
         box.add_class("ft-tile-stepper")
         return box
 
@@ -248,17 +252,20 @@ class MemoryBars:
         out = w.Output()
         n = w.IntSlider(value=self.n, min=1, max=self.n_max, description="n")
         block = w.IntSlider(value=self.block, min=1, max=16, description="block")
+        caption = w.HTML()
         n.add_class("ft-bars-n")
         block.add_class("ft-bars-block")
+        caption.add_class("ft-bars-caption")
 
         def redraw(_=None):
             self.n, self.block = n.value, block.value
+            caption.value = self.caption()
             _redraw_into(out, self)
 
         n.observe(redraw, names="value")
         block.observe(redraw, names="value")
         redraw()
-        box = w.VBox([w.HBox([n, block]), out])
+        box = w.VBox([w.HBox([n, block]), caption, out])
         box.add_class("ft-memory-bars")
         return box
 
