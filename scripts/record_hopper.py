@@ -2,6 +2,11 @@
 
     python scripts/record_hopper.py            # on an H200: flashtext/data/h200_hopper.json
     python scripts/record_hopper.py --quick    # smoke test: fewer timings, not saved
+    python scripts/record_hopper.py --sm90-preview   # no GPU needed: compile for sm_90, print
+
+``--sm90-preview`` runs anywhere Triton's bundled ptxas does (a CPU machine included): it
+compiles the library forward and the probes for an sm_90 target without launching them and
+prints the same counts as JSON. Chapter 13 runs it live next to the recorded H200 results.
 
 Chapters 13 and 14 show the result on machines without a GPU. What it records:
 
@@ -37,6 +42,10 @@ from pathlib import Path
 
 if __name__ == "__main__":  # a fresh cache, so every kernel is compiled (and kept) here
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="flashtext_hopper_cache_")
+    if "--sm90-preview" in sys.argv and os.environ.get("TRITON_INTERPRET") != "0":
+        # compile for a GPU we do not have: restart with the interpreter off from the start
+        os.execve(sys.executable, [sys.executable, *sys.argv],
+                  {**os.environ, "TRITON_INTERPRET": "0"})
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -57,6 +66,8 @@ PTX_PATTERNS = {
     "mma_sync": r"\bmma\.sync\b",
     "cp_async": r"\bcp\.async\.(?:ca|cg)\.",
     "ex2": r"\bex2\.approx\b",
+    "ld_global": r"\bld\.global\b",
+    "st_shared": r"\bst\.shared\b",
 }
 # SASS opcodes, counted as whole words at the start of an instruction
 SASS_OPCODES = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "HMMA", "LDGSTS", "MUFU.EX2",
@@ -131,6 +142,10 @@ def cached_kernels(cache_dir: Path, seen: set[str]) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- the probe kernel
+
+PROBE_VARIANTS = (("pointer loads", False, False), ("tensor descriptors", True, False),
+                  ("tensor descriptors + warp_specialize", True, True))
+
 
 @triton.jit
 def probe_attention(Q, K, V, Out, N, qk_scale_log2, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -241,8 +256,7 @@ def probes(quick: bool) -> list[dict]:
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
     flops = 4.0 * batch * heads * n * n * d
     rows = []
-    for label, desc, ws in (("pointer loads", False, False), ("tensor descriptors", True, False),
-                            ("tensor descriptors + warp_specialize", True, True)):
+    for label, desc, ws in PROBE_VARIANTS:
         row = {"variant": label, "use_desc": desc, "warp_specialize": ws}
         try:
             out, compiled = run_probe(q, k, v, desc, ws)
@@ -308,11 +322,57 @@ def splitkv(quick: bool, cache_dir: Path, seen: set[str]) -> dict:
     return result
 
 
+def sm90_preview() -> dict:
+    """Compile (never launch) the library forward and the three probes for sm_90, fp16."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from flashtext.kernels import forward as fwd
+    from flashtext.kernels._config import _config, block_d
+
+    target = GPUTarget("cuda", 90, 32)
+    out = {"triton": triton.__version__, "target": "sm_90", "library_forward": [], "probes": []}
+    for d in (128,):
+        cfg = _config("fwd", d, 2, True, 4096, 4096)
+        sig = {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "O": "*fp16", "LSE": "*fp32",
+               "sm_scale": "fp32"}
+        sig.update({name: "i32" for name in fwd._attn_fwd.arg_names[6:25]})
+        const = {"HEAD_DIM": d, "BLOCK_D": block_d(d), "BLOCK_M": cfg.BLOCK_M,
+                 "BLOCK_N": cfg.BLOCK_N, "CAUSAL": True, "INPUT_PRECISION": "tf32"}
+        sig.update({name: "constexpr" for name in const})
+        k = triton.compile(ASTSource(fwd._attn_fwd, sig, const), target=target,
+                           options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+        row = describe("_attn_fwd", k.asm["ptx"], k.asm["cubin"], k.metadata._asdict())
+        out["library_forward"].append({"d": d, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
+                                       **row})
+    for label, desc, ws in PROBE_VARIANTS:
+        sig = {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "Out": "*fp16", "N": "i32",
+               "qk_scale_log2": "fp32"}
+        const = {"HEAD_DIM": 128, "BLOCK_M": 128, "BLOCK_N": 64, "USE_DESC": desc,
+                 "WARP_SPEC": ws}
+        sig.update({name: "constexpr" for name in const})
+        row = {"variant": label, "use_desc": desc, "warp_specialize": ws}
+        try:
+            k = triton.compile(ASTSource(probe_attention, sig, const), target=target,
+                               options={"num_warps": 8, "num_stages": 3})
+            row.update(describe("probe_attention", k.asm["ptx"], k.asm["cubin"],
+                                k.metadata._asdict()))
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        out["probes"].append(row)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer timings, print, do not save")
     parser.add_argument("--name", default="h200_hopper", help="output name in flashtext/data")
+    parser.add_argument("--sm90-preview", action="store_true",
+                        help="no GPU: compile for sm_90 and print the counts as JSON")
     args = parser.parse_args()
+    if args.sm90_preview:
+        print(json.dumps(sm90_preview()))
+        return
 
     import torch
 
