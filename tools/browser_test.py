@@ -440,9 +440,7 @@ def test_chapter_in_jupyterlab(nb_path: Path, lab: Lab, browser: object) -> None
                         for o in c["outputs"])
         print(f"{name}: ran in {ran_s:.1f} s, {n_widgets} widget output(s) rendered")
         assert not problems, f"{name}:\n  " + "\n  ".join(problems)
-        for prefix, interact in INTERACTIONS.items():
-            if name.startswith(prefix):
-                interact(page, stem)
+        _interact_all(page, name, stem)
         assert not page.remote_requests, (
             f"{name}: the browser asked for hosts other than 127.0.0.1: {page.remote_requests}")
 
@@ -487,28 +485,6 @@ def _readout_set(page: object, slider: object, value: int) -> None:
     page.keyboard.press("Control+A")
     page.keyboard.type(str(value))
     page.keyboard.press("Enter")
-
-
-def _interact_ch00(page: object, stem: str) -> None:
-    """Chapter 0, tensor sizes: a larger N redraws the figure (its caption is in the image)."""
-    box = page.locator(".ft-tensor-sizes").first
-    box.scroll_into_view_if_needed()
-    img = box.locator(".widget-output img").first
-    before = img.get_attribute("src")
-    n = box.locator(".widget-slider", has=page.locator("label", has_text=re.compile(r"^N$")))
-    _readout_set(page, n.first, 65536)
-    _wait("the tensor-size figure to redraw",
-          lambda: img.get_attribute("src") not in (None, before), STEP_MS / 1000, 0.2)
-    box.screenshot(path=str(ARTIFACTS / f"{stem}-tensor-sizes.png"))
-
-
-def _widget(page: object, cls: str, what: str) -> object:
-    box = page.locator(f".{cls}")
-    assert box.count() >= 1, (
-        f"no element with CSS class {cls!r} ({what}): flashtext/widgets must add_class({cls!r})")
-    box = box.first
-    box.scroll_into_view_if_needed()
-    return box
 
 
 class CaptionMissing(AssertionError):
@@ -603,10 +579,107 @@ def _readout(box: object, cls: str) -> str:
     return box.locator(f".{cls} .widget-readout").first.inner_text().strip()
 
 
-def _interact_tile_stepper(page: object, stem: str) -> None:
+def _snapshot(box: object) -> str:
+    """What a widget shows that the kernel computed: its figures and its output/HTML text (not
+    the controls' own readouts, which change in the browser alone)."""
+    return box.evaluate("""n => [...n.querySelectorAll('img')].map(i => i.src).join('|') +
+        [...n.querySelectorAll('.widget-output, .widget-html-content')]
+          .map(e => e.innerText).join('|')""")
+
+
+def _interact_generic(page: object, box: object, shot: str) -> str:
+    """Any other book widget with a slider: nudge its first slider with the keyboard and see the
+    kernel redraw something (a comm round trip through a real frontend)."""
+    handles = box.locator(".widget-slider .noUi-handle")
+    if handles.count() == 0:
+        return "rendered (no slider to move)"
+    label = box.locator(".widget-slider .widget-label").first.inner_text().strip()
+    before = _snapshot(box)
+    handle = handles.first
+    for key in ("ArrowRight", "ArrowLeft", "ArrowLeft"):  # the slider may start at its maximum
+        handle.focus()
+        page.keyboard.press(key)
+        with contextlib.suppress(TimeoutError):
+            _wait(f"a redraw after moving {label!r}", lambda: _snapshot(box) != before, 8.0, 0.2)
+            box.screenshot(path=str(ARTIFACTS / f"{shot}.png"))
+            return f"moved {label!r}, it redrew"
+    raise AssertionError(f"moving its first slider ({label!r}) with the keyboard changed "
+                         "nothing the kernel draws (figure or text)")
+
+
+def _interact_tensor_sizes(page: object, box: object, shot: str) -> str:
+    """Chapter 0, tensor sizes: a larger N redraws the figure (its caption is in the image)."""
+    img = box.locator(".widget-output img").first
+    before = img.get_attribute("src")
+    n = box.locator(".widget-slider", has=page.locator("label", has_text=re.compile(r"^N$")))
+    _readout_set(page, n.first, 65536)
+    _wait("the tensor-size figure to redraw",
+          lambda: img.get_attribute("src") not in (None, before), STEP_MS / 1000, 0.2)
+    box.screenshot(path=str(ARTIFACTS / f"{shot}.png"))
+    return "N -> 65536, it redrew"
+
+
+def _interact_roofline(page: object, box: object, shot: str) -> str:
+    """Roofline: pick each other GPU; the caption names it with its ridge point
+    (peak matmul FLOP/s over HBM bandwidth, from flashtext.hardware)."""
+    from flashtext.hardware import GPUS
+
+    select = box.locator(".ft-roofline-gpu select").first
+    caption = box.locator(".ft-roofline-caption").first
+    options = select.locator("option").all_inner_texts()
+    current = select.input_value()
+    done = []
+    for key in [o for o in options if o != current] + [current]:
+        select.select_option(key)
+        g = GPUS[key]
+        want = (g.name, f"ridge {g.ridge_point():.0f} FLOP/B")
+        try:
+            _wait(f"the roofline caption for {key}",
+                  lambda w=want: all(x in caption.inner_text() for x in w), STEP_MS / 1000, 0.2)
+        except TimeoutError:
+            raise AssertionError(f"roofline with GPU {key}: caption {caption.inner_text()!r} "
+                                 f"lacks {want}") from None
+        done.append(key)
+    box.screenshot(path=str(ARTIFACTS / f"{shot}.png"))
+    return f"GPU {' -> '.join(done)}, captions and ridge points right"
+
+
+def _interact_choice(page: object, box: object, shot: str) -> str:
+    """A multiple-choice checkpoint: every option gets feedback; some are wrong ("Not quite"),
+    some right ("Right"); the reader ends on a right one."""
+    feedback = box.locator(".ft-choice-feedback").first
+    labels = box.locator(".ft-choice-options .widget-radio-box label")
+    verdicts = {}
+    for k in range(labels.count()):
+        text = labels.nth(k).inner_text().strip()
+        before = feedback.inner_text()
+        labels.nth(k).click()
+        with contextlib.suppress(TimeoutError):
+            _wait(f"feedback for {text!r}", lambda b=before: feedback.inner_text() != b,
+                  STEP_MS / 1000, 0.2)
+        got = " ".join(feedback.inner_text().split())
+        if got.startswith("Right"):
+            verdicts[k] = True
+        elif got.startswith("Not quite"):
+            verdicts[k] = False
+        elif got != before or k == 0:
+            raise AssertionError(f"option {text!r}: unexpected feedback {got!r}")
+        else:  # same verdict text as the previous option (two wrong answers, same reason)
+            verdicts[k] = verdicts[k - 1]
+    assert any(verdicts.values()) and not all(verdicts.values()), (
+        f"expected right and wrong options, got {verdicts}")
+    right = next(k for k, ok in verdicts.items() if ok)
+    if right != labels.count() - 1:
+        labels.nth(right).click()
+        _wait("the right answer's feedback", lambda: feedback.inner_text().startswith("Right"),
+              STEP_MS / 1000, 0.2)
+    box.screenshot(path=str(ARTIFACTS / f"{shot}.png"))
+    return f"{sum(not v for v in verdicts.values())} wrong, {sum(verdicts.values())} right"
+
+
+def _interact_tile_stepper(page: object, box: object, shot: str) -> str:
     """Step the tile stepper with the keyboard: the caption counts up and names the tile the
     loop order visits next, and the highlighted tile moves to it."""
-    box = _widget(page, "ft-tile-stepper", "the tile stepper")
     n, block = int(_readout(box, "ft-tile-n")), int(_readout(box, "ft-tile-block"))
     order = box.locator(".ft-tile-order button.mod-active").first.inner_text().strip()
     t = -(-n // block)  # tiles per side
@@ -617,7 +690,7 @@ def _interact_tile_stepper(page: object, stem: str) -> None:
     captions.check(box, TILE_CAPTION, tuple(map(str, (step, t * t, *visit[step - 1]))),
                    "the tile stepper's first caption", "ft-tile-caption")
     centres = [_centroid(_png(img), TILE_ORANGE)]
-    box.screenshot(path=str(ARTIFACTS / f"{stem}-tile-stepper-{step}.png"))
+    box.screenshot(path=str(ARTIFACTS / f"{shot}-step{step}.png"))
     handle = box.locator(".ft-tile-step .noUi-handle").first
     for _ in range(2):  # two steps: along the row, then (query-major, 2x2) to the next row
         if step == t * t:
@@ -632,7 +705,7 @@ def _interact_tile_stepper(page: object, stem: str) -> None:
         _wait("the tile figure to redraw", lambda s=src: img.get_attribute("src") != s,
               STEP_MS / 1000, 0.2)
         centres.append(_centroid(_png(img), TILE_ORANGE))
-        box.screenshot(path=str(ARTIFACTS / f"{stem}-tile-stepper-{step}.png"))
+        box.screenshot(path=str(ARTIFACTS / f"{shot}-step{step}.png"))
         (x0, y0), (x1, y1) = centres[-2], centres[-1]
         di, dj = i - visit[step - 2][0], j - visit[step - 2][1]
         # the highlight moves the way the tile index does: right with the key block (columns),
@@ -644,12 +717,12 @@ def _interact_tile_stepper(page: object, stem: str) -> None:
                 assert moved * d > 3, (f"highlight moved {moved:.0f} px in {what}; "
                                        f"expected {'+' if d > 0 else '-'} (tile {i},{j})")
     captions.done()
+    return f"stepped to {step} of {t * t}: caption and highlighted tile followed"
 
 
-def _interact_memory_bars(page: object, stem: str) -> None:
+def _interact_memory_bars(page: object, box: object, shot: str) -> str:
     """Move the memory-bars slider: at n = 16 (block 2) naive holds 256 scores and tiled 4;
     at n = 100 naive holds 10,000 and tiled still 4."""
-    box = _widget(page, "ft-memory-bars", "the naive-vs-tiled memory bars")
     img = box.locator(".widget-output img").first
     captions = Captions()
     if _readout(box, "ft-bars-block") != "2":
@@ -662,15 +735,15 @@ def _interact_memory_bars(page: object, stem: str) -> None:
                   STEP_MS / 1000, 0.2)
         captions.check(box, BARS_CAPTION, (str(n), str(naive), str(tiled)),
                        f"the memory bars at n = {n}", "ft-bars-caption")
-        box.screenshot(path=str(ARTIFACTS / f"{stem}-memory-bars-n{n}.png"))
+        box.screenshot(path=str(ARTIFACTS / f"{shot}-n{n}.png"))
     captions.done()
+    return "n = 16 -> 100 -> 16: 256 vs 4, 10000 vs 4, 256 vs 4"
 
 
-def _interact_checkpoint(page: object, stem: str) -> None:
+def _interact_checkpoint(page: object, box: object, shot: str) -> str:
     """Answer the checkpoint wrongly (too small, then too big), then rightly: the feedback says
     so each time. With block 2 the ratio is n^2/4, so the first candidate >= 1000x is the
     smallest n with n^2 >= 4000, i.e. n >= 64."""
-    box = _widget(page, "ft-checkpoint", "the checkpoint")
     if _readout(box, "ft-checkpoint-block") != "2":
         _readout_set(page, box.locator(".ft-checkpoint-block").first, 2)
     buttons = box.locator(".ft-checkpoint-pick button")
@@ -689,22 +762,45 @@ def _interact_checkpoint(page: object, stem: str) -> None:
         text = " ".join(feedback.inner_text().split())
         assert re.search(verdict, text), f"picked {pick}: feedback {text!r}, expected {verdict!r}"
         assert f"n = {pick}" in text, f"picked {pick}: the feedback does not name it: {text!r}"
-        box.screenshot(path=str(ARTIFACTS / f"{stem}-checkpoint-{pick}.png"))
+        box.screenshot(path=str(ARTIFACTS / f"{shot}-{pick}.png"))
+    return f"picked {small[-1]} (too small), {big[0]} (not the smallest), {right} (right)"
 
 
-def _interact_ch02(page: object, stem: str) -> None:
-    """The seed lesson's three widgets; each is tried even when another fails."""
-    failures = []
-    for interact in (_interact_tile_stepper, _interact_memory_bars, _interact_checkpoint):
-        try:
-            interact(page, stem)
-        except AssertionError as e:
-            failures.append(f"{interact.__name__}: {e}")
-    if failures:
-        raise AssertionError("\n".join(failures))
-
-
-INTERACTIONS: dict[str, Callable[[object, str], None]] = {
-    "00_": _interact_ch00,
-    "02_": _interact_ch02,
+# Interactions by the widget's top-level CSS class; other ``ft-`` widgets get the generic one.
+INTERACTIONS: dict[str, Callable[[object, object, str], str]] = {
+    "ft-tile-stepper": _interact_tile_stepper,
+    "ft-memory-bars": _interact_memory_bars,
+    "ft-checkpoint": _interact_checkpoint,
+    "ft-tensor-sizes": _interact_tensor_sizes,
+    "ft-roofline": _interact_roofline,
+    "ft-choice": _interact_choice,
 }
+# Widgets a chapter must show (the seed lesson's, in chapter 2): missing is a failure.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "02_": ("ft-tile-stepper", "ft-memory-bars", "ft-checkpoint"),
+}
+TOP_WIDGETS = ".jp-OutputArea-output > .jupyter-widgets"
+
+
+def _interact_all(page: object, name: str, stem: str) -> None:
+    """Play with every book widget on the page (each tried even when another fails)."""
+    classes = page.evaluate(f"""() => [...document.querySelectorAll('{TOP_WIDGETS}')]
+        .map(n => [...n.classList].find(c => c.startsWith('ft-')) || null)""")
+    failures, done = [], []
+    for prefix, needed in REQUIRED.items():
+        if name.startswith(prefix):
+            failures += [f"{cls}: not on the page (this chapter must show it)"
+                         for cls in needed if cls not in classes]
+    for k, cls in enumerate(classes):
+        if cls is None:
+            continue  # a plain ipywidget (e.g. a tqdm bar): rendering was checked above
+        box = page.locator(TOP_WIDGETS).nth(k)
+        box.scroll_into_view_if_needed()
+        interact = INTERACTIONS.get(cls, _interact_generic)
+        try:
+            done.append(f"{cls}: {interact(page, box, f'{stem}-{cls}-{k}')}")
+        except Exception as e:  # noqa: BLE001 - playwright's own errors too; report them all
+            failures.append(f"{cls} (widget {k}) {interact.__name__}: {type(e).__name__}: {e}")
+    print(f"{name}: widgets played with:" + "".join(f"\n  {d}" for d in done))
+    if failures:
+        raise AssertionError(f"{name}:\n" + "\n".join(failures))
