@@ -407,6 +407,12 @@ def test_cli_quick_run_writes_json_and_figures(tmp_path, monkeypatch, capsys):
     assert "| target | status |" in capsys.readouterr().out
 
 
+def test_cli_full_sweep_detection():
+    assert cli.full_sweep(core.Settings())
+    assert cli.full_sweep(core.Settings(dtypes=("bf16", "fp16"), ds=(64, 128)))
+    assert not cli.full_sweep(core.Settings(ds=(128,)))
+
+
 def test_cli_merge_refuses_another_gpu():
     old = {"gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6", "rows": []}
     with pytest.raises(SystemExit, match="gpu"):

@@ -76,7 +76,9 @@ def parser() -> argparse.ArgumentParser:
     out = ap.add_argument_group("output")
     out.add_argument("--out", default=None,
                      help="results name: flashtext/data/NAME.json and artifacts/NAME*.png "
-                          "(default bench_<gpu>, e.g. bench_h200; --quick saves no JSON)")
+                          "(default bench_<gpu>, e.g. bench_h200, for the full sweep or with "
+                          "--merge; bench_<gpu>_subset for a focused selection; --quick "
+                          "saves no JSON)")
     out.add_argument("--merge", action="store_true",
                      help="merge into an existing NAME.json (same GPU and versions), replacing "
                           "the rows measured again: finish a sweep in several runs")
@@ -130,6 +132,15 @@ def default_name(gpu_name: str) -> str:
     return "bench_" + ("_".join(words) or "gpu")
 
 
+SELECTION = ("dtypes", "ds", "causals", "modes", "ns", "providers")
+
+
+def full_sweep(settings: core.Settings) -> bool:
+    """Whether the selection is the whole default sweep (then it may write bench_<gpu>)."""
+    full = core.Settings()
+    return all(set(getattr(settings, k)) == set(getattr(full, k)) for k in SELECTION)
+
+
 def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """New rows replace old rows of the same (provider, mode, dtype, d, causal, n)."""
     for key in ("gpu", "torch", "triton"):
@@ -156,21 +167,11 @@ def _run_record(payload: dict[str, Any]) -> dict[str, Any]:
             "elapsed_s": payload.get("elapsed_s"), "rows": len(payload.get("rows", []))}
 
 
-def _stamp(payload: dict[str, Any]) -> dict[str, Any]:
-    """The provenance recorded.save adds, for merging before saving."""
-    import torch
-    import triton
-
-    env = flashtext.environment()
-    return {"gpu": env.device_name if env.is_gpu else "cpu", "torch": torch.__version__,
-            "triton": triton.__version__, **payload}
-
-
 def save(name: str, payload: dict[str, Any], do_merge: bool) -> Path:
     if do_merge and recorded.path(name).exists():
         import json
 
-        payload = merge(json.loads(recorded.path(name).read_text()), _stamp(payload))
+        payload = merge(json.loads(recorded.path(name).read_text()), report.stamp(payload))
     return recorded.save(name, {k: v for k, v in payload.items()
                                 if k not in ("gpu", "date", "torch", "triton")})
 
@@ -241,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             print("  " + c.label())
         return 0
     name = args.out or (None if quick else default_name(env.device_name))
+    if name and not args.out and not args.merge and not full_sweep(settings):
+        name += "_subset"  # a focused run never overwrites the full results by default
     started = time.strftime("%Y-%m-%d %H:%M:%S")
 
     def checkpoint(partial: dict[str, Any]) -> None:
@@ -248,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             save(name, {**partial, "started": started}, args.merge)
 
     payload = {**core.run(settings, on_config=checkpoint), "started": started}
-    res = report.Results.from_payload(_stamp({**payload, "date": time.strftime("%Y-%m-%d")}))
+    res = report.Results.from_payload(report.stamp(payload))
     if name:
         path = save(name, payload, args.merge)
         res = report.load(name)  # what was written, merged rows included

@@ -105,6 +105,18 @@ def _anchor_rows(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, A
     return meta, rows
 
 
+def stamp(payload: dict[str, Any]) -> dict[str, Any]:
+    """Provenance for a payload measured in this process (what recorded.save adds on disk)."""
+    import datetime
+
+    import flashtext
+
+    env = flashtext.environment()
+    return {"gpu": env.device_name if env.is_gpu else "cpu",
+            "date": datetime.date.today().isoformat(), "torch": env.torch,
+            "triton": env.triton, **payload}
+
+
 def load(name: str = RECORDED_NAME) -> Results:
     """Recorded results by name (``flashtext/data/<name>.json``), provenance checked."""
     return Results.from_payload(recorded.load(name))
@@ -286,13 +298,7 @@ def summary_text(res: Results) -> str:
                         lines.append(f"  {'ours / ' + LABELS[p]:27s}"
                                      + "".join(f"{x:>7s}" for x in cells))
     lines.append("")
-    lines.append("Targets (issue 7):")
-    for t in evaluate_targets(res):
-        worst = "" if t["worst_ratio"] is None else \
-            f"; worst {t['worst_ratio']:.2f}x at {t['worst_at']}"
-        gap = f"; {t['missing']} configurations without a number" if t["missing"] else ""
-        lines.append(f"  [{t['status']:>9s}] {t['target']}: {t['met']}/{t['scored']}"
-                     f"{worst}{gap}")
+    lines.append(targets_text(res))
     growth = memory_growth(res)
     if growth:
         lines.append("")
@@ -324,6 +330,19 @@ def summary_text(res: Results) -> str:
     if (res.meta.get("environment") or {}).get("timer") == "perf_counter":
         lines.insert(0, "CPU SMOKE TEST (Triton interpreter, CPU clock): the harness ran end to "
                         "end; these times and ratios mean nothing.")
+    return "\n".join(lines)
+
+
+def targets_text(res: Results) -> str:
+    """One line per issue-7 target: met / missed / no data, how many configurations, the
+    worst ratio and where."""
+    lines = ["Targets (issue 7):"]
+    for t in evaluate_targets(res):
+        worst = "" if t["worst_ratio"] is None else \
+            f"; worst {t['worst_ratio']:.2f}x at {t['worst_at']}"
+        gap = f"; {t['missing']} configurations without a number" if t["missing"] else ""
+        lines.append(f"  [{t['status']:>9s}] {t['target']}: {t['met']}/{t['scored']}"
+                     f"{worst}{gap}")
     return "\n".join(lines)
 
 
