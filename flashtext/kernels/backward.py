@@ -34,7 +34,7 @@ from flashtext.kernels._config import KernelConfig, _config, block_d, launch
 from flashtext.kernels.forward import input_precision
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N_Q"])
 def _attn_bwd_preprocess(O, DO, DELTA,
                          stride_oz, stride_oh, stride_om, stride_od,
                          stride_doz, stride_doh, stride_dom, stride_dod,
@@ -96,7 +96,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd, stride_do
     return dk, dv
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N_Q", "N_K"])
 def _attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
                    stride_qz, stride_qh, stride_qm, stride_qd,
                    stride_kz, stride_kh, stride_kn, stride_kd,
@@ -194,7 +194,7 @@ def _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, str
     return dq
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N_Q", "N_K"])
 def _attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
                  stride_qz, stride_qh, stride_qm, stride_qd,
                  stride_kz, stride_kh, stride_kn, stride_kd,

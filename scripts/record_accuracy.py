@@ -1,0 +1,101 @@
+"""Record the correctness sweep's worst errors per dtype on this machine (``make record-accuracy``).
+
+On a CUDA GPU: the large sweep (N up to 2048, head_dim up to 256, fp32/fp16/bf16), written to
+``flashtext/data/accuracy_<gpu>.json`` (``accuracy_h200.json`` on an H200). On a CPU: the small
+interpreter sweep (fp32/fp16; bf16 tl.dot is wrong in the interpreter), written to
+``flashtext/data/accuracy_cpu.json``. Each case compares O, lse, dQ, dK, dV of our kernels and
+of PyTorch in the same dtype against float64 (see :mod:`flashtext.kernels.accuracy`); the script
+exits non-zero if any case is outside its bound. About a minute on an H200, ~30 s on a CPU.
+
+    python scripts/record_accuracy.py [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import flashtext  # noqa: E402  (decides compiled GPU vs interpreter before triton loads)
+from flashtext import recorded  # noqa: E402
+from flashtext.kernels.accuracy import (  # noqa: E402
+    FACTOR,
+    QUANTITIES,
+    RECOMPUTE,
+    ULPS,
+    measure,
+    sweep_cases,
+)
+
+
+def machine_name() -> str:
+    if not flashtext.on_gpu():
+        return "cpu"
+    name = flashtext.environment().device_name.lower()
+    return "h200" if "h200" in name else "".join(c if c.isalnum() else "_" for c in name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="measure, print, do not save")
+    args = parser.parse_args(argv)
+
+    on_gpu = flashtext.on_gpu()
+    device = flashtext.torch_device()
+    dtypes = ("float32", "float16", "bfloat16") if on_gpu else ("float32", "float16")
+    cases = sweep_cases("gpu" if on_gpu else "cpu", dtypes)
+    print(flashtext.environment().summary())
+    print(f"{len(cases)} cases on {device}")
+
+    rows, failures = [], []
+    worst: dict[str, dict[str, dict]] = {d: {} for d in dtypes}
+    start = time.perf_counter()
+    for i, case in enumerate(cases, 1):
+        errors = measure(case, device, grads=True)
+        row = {"case": asdict(case), "ours": errors.ours, "torch": errors.torch,
+               "bound": {n: errors.bound(n) for n in QUANTITIES}}
+        rows.append(row)
+        for name in QUANTITIES:
+            best = worst[case.dtype].get(name)
+            if best is None or errors.ours[name] > best["ours"]:
+                worst[case.dtype][name] = {"ours": errors.ours[name],
+                                           "torch": errors.torch[name],
+                                           "case": case.label()}
+        failures += [f"{case.label()}: {f}" for f in errors.failures()]
+        print(f"[{i:3d}/{len(cases)}] {case.label():48s} "
+              + " ".join(f"{n} {errors.ours[n]:.1e}" for n in QUANTITIES), flush=True)
+    seconds = time.perf_counter() - start
+
+    print("\nworst |ours - float64| per dtype (PyTorch in the same dtype, same case):")
+    for dtype in dtypes:
+        print(f"  {dtype:9s} " + "  ".join(
+            f"{n} {w['ours']:.1e} (torch {w['torch']:.1e})" for n, w in worst[dtype].items()))
+    if failures:
+        print("\nOUTSIDE THE BOUND:\n  " + "\n  ".join(failures))
+
+    payload = {
+        "what": "correctness sweep: max |ours - float64| vs max |PyTorch same dtype - float64|",
+        "criterion": f"ours <= {FACTOR} * torch + {ULPS} u |ref| (+ {RECOMPUTE} u32 |lse| |ref| "
+                     "for gradients)",
+        "device": flashtext.environment().device_name,
+        "interpreter": flashtext.environment().interpreter,
+        "python": flashtext.environment().python,
+        "numpy": flashtext.environment().numpy,
+        "n_cases": len(cases),
+        "seconds": round(seconds, 1),
+        "failures": failures,
+        "worst": worst,
+        "cases": rows,
+    }
+    if not args.dry_run:
+        path = recorded.save(f"accuracy_{machine_name()}", payload)
+        print(f"\nwrote {path}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
