@@ -151,6 +151,12 @@ def test_refuses_cpu_tensors_when_compiling_for_a_gpu(monkeypatch):
             k, v)
 
 
+def test_refuses_too_many_heads_for_the_gpu_grid(monkeypatch):
+    monkeypatch.setattr(api._boot, "INTERPRETING", False)
+    q = torch.empty(1, 1, 1, 16, device="meta").expand(512, 129, 1, 16)
+    _raises(r"^batch \* heads \(dims 0 and 1 of q\) must be at most 65535 on a GPU", q, q, q)
+
+
 @pytest.mark.skipif(ON_GPU, reason="on a GPU bf16 is supported")
 def test_refuses_bf16_under_the_interpreter():
     q, k, v = _qkv(dtype=torch.bfloat16)

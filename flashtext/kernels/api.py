@@ -18,11 +18,13 @@ What it accepts (anything else raises ``ValueError`` naming the argument and wha
   FlashAttention 2.1+ and ``flashtext.reference.causal_mask``). A query that sees no key at all
   (i < N_q - N_k) gets O = 0, lse = -inf and zero gradients.
 * ``sm_scale`` defaults to 1/sqrt(head_dim).
+* On a GPU, batch * heads <= 65535 (CUDA's limit on the grid's second axis).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -33,6 +35,7 @@ from flashtext.kernels.backward import backward
 from flashtext.kernels.forward import forward
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y, where the kernels put batch * heads
 
 
 def _validate(q, k, v, causal, sm_scale) -> float:
@@ -53,15 +56,6 @@ def _validate(q, k, v, causal, sm_scale) -> float:
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k and v must be on one device, got q on {q.device}, k on "
                          f"{k.device}, v on {v.device}")
-    if _boot.INTERPRETING:
-        if q.dtype == torch.bfloat16:
-            raise ValueError("q has dtype torch.bfloat16, which needs a CUDA GPU: Triton's CPU "
-                             "interpreter computes bf16 tl.dot wrongly. Use torch.float16 or "
-                             "torch.float32 here.")
-    elif q.device.type != "cuda":
-        raise ValueError(f"q is on {q.device}, but Triton compiles for the GPU on this machine: "
-                         "expected CUDA tensors (q.cuda()), or set TRITON_INTERPRET=1 before "
-                         "importing flashtext to run on the CPU")
     zq, hq, _, dq = q.shape
     zk, hk, nk, dk = k.shape
     zv, hv, nv, dv = v.shape
@@ -80,11 +74,23 @@ def _validate(q, k, v, causal, sm_scale) -> float:
     if not 1 <= dq <= MAX_HEAD_DIM:
         raise ValueError(f"head_dim (dim 3 of q) must be between 1 and {MAX_HEAD_DIM}, "
                          f"got {dq}")
+    if not _boot.INTERPRETING and zq * hq > MAX_GRID_Y:
+        raise ValueError(f"batch * heads (dims 0 and 1 of q) must be at most {MAX_GRID_Y} on a "
+                         f"GPU (the kernels' second grid axis), got {zq} * {hq} = {zq * hq}")
+    if _boot.INTERPRETING:
+        if q.dtype == torch.bfloat16:
+            raise ValueError("q has dtype torch.bfloat16, which needs a CUDA GPU: Triton's CPU "
+                             "interpreter computes bf16 tl.dot wrongly. Use torch.float16 or "
+                             "torch.float32 here.")
+    elif q.device.type != "cuda":
+        raise ValueError(f"q is on {q.device}, but Triton compiles for the GPU on this machine: "
+                         "expected CUDA tensors (q.cuda()), or set TRITON_INTERPRET=1 before "
+                         "importing flashtext to run on the CPU")
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be True or False, got {causal!r}")
     if sm_scale is None:
         return 1.0 / math.sqrt(dq)
-    if isinstance(sm_scale, bool) or not isinstance(sm_scale, int | float) \
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real) \
             or not math.isfinite(sm_scale):
         raise ValueError(f"sm_scale must be a finite number or None (1/sqrt(head_dim)), "
                          f"got {sm_scale!r}")
