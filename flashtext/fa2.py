@@ -51,7 +51,6 @@ LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2) = 1 / LOG2E: turns a base-2 log-sum-exp back into natural log
 
 SKIPPED, MASKED, FULL = 0, 1, 2
-KIND_NAMES = {SKIPPED: "skipped", MASKED: "masked", FULL: "full"}
 
 
 @dataclass
@@ -182,6 +181,8 @@ def flash2_forward(q, k, v, causal: bool = False, sm_scale: float | None = None,
 
 def _forward_head(q, k, v, causal, sm_scale, offset, BLOCK_M, BLOCK_N,  # noqa: N803
                   exp2, counts):
+    """One head: q (Nq, d), k (Nk, d), v (Nk, dv) -> (o, lse). The outer loop's body is what
+    one program of the Triton kernel does."""
     n_q, n_k = q.shape[0], k.shape[0]
     # exp(x) = exp2(x * log2 e): fold log2 e into the scale once, and m_i, l_i live in base 2
     qk_scale = sm_scale * LOG2E if exp2 else sm_scale
@@ -275,7 +276,7 @@ def _safe(m: np.ndarray) -> np.ndarray:
     return np.where(np.isneginf(m), 0.0, m)
 
 
-def _step_fa1(o, l_i, m_i, s, v_blk, t: Tally):  # noqa: E741
+def _step_fa1(o, l_i, m_i, s, v_blk, t: Tally):
     """Algorithm 1, lines 10-12: block statistics, merge, and a normalised O after the step."""
     rows, d = o.shape
     m_tilde = s.max(axis=1)
@@ -295,7 +296,7 @@ def _step_fa1(o, l_i, m_i, s, v_blk, t: Tally):  # noqa: E741
     return o, l_new, m_new
 
 
-def _step_fa2(acc, l_i, m_i, s, v_blk, t: Tally):  # noqa: E741
+def _step_fa2(acc, l_i, m_i, s, v_blk, t: Tally):
     """FA2's inner step: one new max, one rescale of l and acc, no division."""
     rows, d = acc.shape
     m_ij = np.maximum(m_i, s.max(axis=1))

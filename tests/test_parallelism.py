@@ -33,6 +33,9 @@ def test_simulate_equal_work_fills_waves():
 def test_causal_work_is_uneven_across_query_blocks():
     work = par.program_work("fa2", 1, 1, 512, BLOCK_M=128, BLOCK_N=128, causal=True)
     assert list(work) == [1, 2, 3, 4]
+    # launch order: the query block varies fastest, as in the grid (query blocks, batch*heads)
+    assert par.program_work("fa2", 1, 2, 512, BLOCK_M=128, BLOCK_N=128, causal=True).tolist() \
+        == [1, 2, 3, 4, 1, 2, 3, 4]
     assert par.program_work("fa1", 1, 3, 512, BLOCK_M=128, BLOCK_N=128, causal=True).tolist() \
         == [10, 10, 10]
     assert par.occupancy("fa2", 1, 16, 1024, causal=True).utilisation < \
