@@ -14,8 +14,6 @@ from dataclasses import dataclass, replace
 
 from flashtext import _boot
 
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
-LN2 = 0.6931471805599453  # ln(2): log(x) = log2(x) * ln(2)
 MAX_HEAD_DIM = 256
 
 

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from flashtext.kernels._config import KernelConfig, _config, block_d, launch
-from flashtext.kernels.forward import input_precision
+from flashtext.kernels.forward import _LOG2E, input_precision
 
 
 @triton.jit(do_not_specialize=["N_Q"])
@@ -79,7 +79,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd, stride_do
         lse = tl.load(LSE + offs_m, mask=m_ok, other=float("inf"))
         delta = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
         # a row that saw no key has lse = -inf; give it +inf so its P is 0, not exp(+inf)
-        lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
+        lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E
         # P^T = exp2(S^T * log2 e - lse * log2 e), recomputed from the saved statistic
         qk_t = tl.dot(k, q_t, input_precision=INPUT_PRECISION) * qk_scale
         if MASKED:  # hidden scores -> -inf before the exponential (no overflow, P = 0)
@@ -131,7 +131,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
                 other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    qk_scale = sm_scale * 1.4426950408889634
+    qk_scale = sm_scale * _LOG2E
 
     # Which Q blocks see these keys?  Row i sees key j iff j <= i + CAUSAL_OFFSET.
     # [lo, mid): rows that see only some of the keys -> masked.  [mid, N_Q): rows that see all
@@ -226,10 +226,10 @@ def _attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
     do = tl.load(DO + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
                  mask=qd_mask, other=0.0)
     lse = tl.load(LSE + offs_m, mask=m_ok, other=float("inf"))
-    lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E
     delta = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    qk_scale = sm_scale * 1.4426950408889634
+    qk_scale = sm_scale * _LOG2E
 
     CAUSAL_OFFSET = N_K - N_Q
     if CAUSAL:

@@ -27,7 +27,12 @@ import torch
 import triton
 import triton.language as tl
 
-from flashtext.kernels._config import LN2, LOG2E, KernelConfig, _config, block_d, launch
+from flashtext.fa2 import LN2, LOG2E
+from flashtext.kernels._config import KernelConfig, _config, block_d, launch
+
+# constants a @triton.jit function may read from the module (the same ones chapter 7 uses)
+_LOG2E = tl.constexpr(LOG2E)  # exp(x) = exp2(x * log2 e)
+_LN2 = tl.constexpr(LN2)  # log(x) = log2(x) * ln 2
 
 
 @triton.jit
@@ -118,7 +123,7 @@ def _attn_fwd(Q, K, V, O, LSE, sm_scale,
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    qk_scale = sm_scale * 1.4426950408889634  # log2(e) folded into the scale
+    qk_scale = sm_scale * _LOG2E  # log2(e) folded into the scale
 
     # Which K/V tiles does this Q block need?  Row i sees keys j <= i + CAUSAL_OFFSET (causal)
     # and j < N_K.  [0, mid): tiles every row sees in full -> no mask.  [mid, hi): the diagonal
@@ -147,7 +152,7 @@ def _attn_fwd(Q, K, V, O, LSE, sm_scale,
     seen = l_i > 0.0
     l_safe = tl.where(seen, l_i, 1.0)
     acc = acc / l_safe[:, None]
-    lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+    lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * _LN2, float("-inf"))
     tl.store(LSE + offs_m, lse, mask=m_ok)
     tl.store(O + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
              acc.to(O.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
@@ -187,4 +192,4 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     return o, lse
 
 
-__all__ = ["LN2", "LOG2E", "forward"]
+__all__ = ["forward", "input_precision"]
