@@ -103,6 +103,13 @@ class Lab:
         return "\n".join(lines[-n:])
 
 
+def _summary(line: str) -> None:
+    """Print (shown with -s or on failure) and keep in artifacts/browser/summary.txt."""
+    print(line)
+    with open(ARTIFACTS / "summary.txt", "a") as f:
+        f.write(line + "\n")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -386,8 +393,8 @@ def _open_and_run(page: object, lab: Lab, name: str, settle_s: float = WIDGETS_S
         running = [c["i"] for c in page.evaluate(STATE_JS, name)["cells"] if c.get("running")]
         raise AssertionError(f"{e}; cells still running or queued: {running}") from None
     ran_s = time.monotonic() - t0
-    print(f"{name}: opened in {t_open - t0:.1f} s, kernel idle after {t_idle - t_open:.1f} s, "
-          f"Run All took {time.monotonic() - t_idle:.1f} s")
+    _summary(f"{name}: opened in {t_open - t0:.1f} s, kernel idle after "
+             f"{t_idle - t_open:.1f} s, Run All took {time.monotonic() - t_idle:.1f} s")
     with contextlib.suppress(TimeoutError):  # widget views render after the kernel is idle
         _wait("widgets to render", lambda: not page.evaluate(STATE_JS, name)["fallbacks"],
               settle_s)
@@ -433,12 +440,15 @@ def test_chapter_in_jupyterlab(nb_path: Path, lab: Lab, browser: object) -> None
         state, ran_s = _open_and_run(page, lab, name)
         problems = _problems(state, _static_cells(nb_path))
         first_bad = next((p for p in problems if p.startswith("cell ")), None)
-        if first_bad:  # let the screenshot show the first broken cell
+        if first_bad:  # the screenshot shows the first broken cell, else the first widget
             _scroll_to(page, f".jp-Notebook-cell >> nth={int(first_bad.split()[1])}")
+        else:
+            _scroll_to(page, TOP_WIDGETS)
         page.screenshot(path=str(ARTIFACTS / f"{stem}.png"))
         n_widgets = sum(o["widget"] for c in state["cells"] if c["type"] == "code"
                         for o in c["outputs"])
-        print(f"{name}: ran in {ran_s:.1f} s, {n_widgets} widget output(s) rendered")
+        _summary(f"{name}: ran in {ran_s:.1f} s, {n_widgets} widget output(s) rendered, "
+                 f"{len(problems)} problem(s)")
         assert not problems, f"{name}:\n  " + "\n  ".join(problems)
         _interact_all(page, name, stem)
         assert not page.remote_requests, (
@@ -801,6 +811,6 @@ def _interact_all(page: object, name: str, stem: str) -> None:
             done.append(f"{cls}: {interact(page, box, f'{stem}-{cls}-{k}')}")
         except Exception as e:  # noqa: BLE001 - playwright's own errors too; report them all
             failures.append(f"{cls} (widget {k}) {interact.__name__}: {type(e).__name__}: {e}")
-    print(f"{name}: widgets played with:" + "".join(f"\n  {d}" for d in done))
+    _summary(f"{name}: widgets played with: " + ("".join(f"\n  {d}" for d in done) or "none"))
     if failures:
         raise AssertionError(f"{name}:\n" + "\n".join(failures))
