@@ -30,7 +30,7 @@ else
 endif
 
 # Notebooks run headless in tests: widgets draw their static figure (flashtext.widgets.base).
-TEST_ENV := FLASHTEXT_STATIC=1 MPLBACKEND=Agg PYTHONHASHSEED=0
+TEST_ENV := FLASHTEXT_STATIC=1 PYTHONHASHSEED=0
 
 .PHONY: help env lab test test-fast lint notebooks progress bench bench-quick wheelhouse \
         test-browser record-accuracy clean

@@ -39,15 +39,28 @@ def interactive() -> bool:
 
 
 def show(book_widget: BookWidget) -> None:
-    """Display the live widget, or its static figure when there is no frontend."""
+    """Display the live widget, or its static figure when there is no frontend.
+
+    The static figure is displayed as PNG bytes, so it is stored in the notebook whatever the
+    matplotlib backend (under ``MPLBACKEND=Agg`` a bare Figure would store only its repr).
+    """
     from IPython.display import display
 
     if interactive():
         display(book_widget.widget())
         return
-    import matplotlib.pyplot as plt
-
-    fig = book_widget.figure()
-    display(fig)
-    plt.close(fig)
+    display(figure_png(book_widget.figure()))
     print("(static figure: open this chapter in JupyterLab, `make lab`, to interact)")
+
+
+def figure_png(fig, dpi: int = 100):
+    """A matplotlib Figure as an IPython PNG image (and close the figure)."""
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return Image(data=buf.getvalue(), format="png")
