@@ -14,14 +14,18 @@ to finish (bounded), and asserts that
   notebook (the ``FLASHTEXT_STATIC=1`` stand-in for a widget) shows a live widget instead;
 * the browser asked for nothing outside 127.0.0.1 (other hosts are also unresolvable for it).
 
-Then it plays with the widgets of the chapters listed in ``INTERACTIONS`` the way a reader would
-(clicks, slider readouts) and checks that what they show changes as the text says. A screenshot
-per chapter (and per checked widget) goes to ``artifacts/browser/`` (ignored by git). The server
-it started is stopped by its PID, kernels included, also when a test fails.
+Then it plays with every book widget on the page the way a reader would (keyboard on sliders,
+typed slider readouts, clicks on buttons and options): the seed lesson's tile stepper, memory bars
+and checkpoint (chapter 2 must show all three) and the others in ``INTERACTIONS`` are checked
+against what the text says; any other ``ft-`` widget must redraw when its first slider moves.
+A screenshot per chapter and per widget checked, the server log and ``summary.txt`` (timings,
+what was played with) go to ``artifacts/browser/`` (ignored by git). The server it started is
+stopped by its PID, kernels included, also when a test fails.
 
 Run with ``make test-browser`` (needs Debian's ``chromium`` and the ``playwright`` package;
 ``tools/ci_setup.sh`` installs chromium). Knobs: ``FLASHTEXT_BROWSER_NB_TIMEOUT`` (seconds one
-chapter may take to run, default 240), ``FLASHTEXT_CHROMIUM`` (browser binary),
+chapter may take to run, default 180), ``FLASHTEXT_BROWSER_TOTAL_TIMEOUT`` (the whole run,
+default 1200), ``FLASHTEXT_CHROMIUM`` (browser binary),
 ``FLASHTEXT_BROWSER_CHAPTERS`` (comma-separated name prefixes to run, e.g. ``00,02``),
 ``FLASHTEXT_BROWSER_CHAPTERS_DIR`` (another folder of chapters, to try the harness itself).
 """
@@ -54,7 +58,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = Path(os.environ.get("FLASHTEXT_BROWSER_CHAPTERS_DIR") or ROOT / "chapters")
 ARTIFACTS = ROOT / "artifacts" / "browser"
 CHROMIUM = os.environ.get("FLASHTEXT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-NB_TIMEOUT_S = float(os.environ.get("FLASHTEXT_BROWSER_NB_TIMEOUT", "240"))
+NB_TIMEOUT_S = float(os.environ.get("FLASHTEXT_BROWSER_NB_TIMEOUT", "180"))
+# the whole run: past it, the remaining chapters fail at once instead of holding CI
+TOTAL_TIMEOUT_S = float(os.environ.get("FLASHTEXT_BROWSER_TOTAL_TIMEOUT", "1200"))
+RUN_STARTED = time.monotonic()
 SERVER_START_S = 60.0  # a cold JupyterLab start on the 2-core CI machine takes ~2-5 s
 KERNEL_IDLE_S = 90.0  # kernel start, before Run All
 WIDGETS_SETTLE_S = 30.0  # after the kernel is idle, widget views still render asynchronously
@@ -369,6 +376,9 @@ def _open_and_run(page: object, lab: Lab, name: str, settle_s: float = WIDGETS_S
                   ) -> tuple[dict, float]:
     """Open ``name`` in its own fresh workspace, Run All, wait for the kernel and the widgets."""
     t0 = time.monotonic()
+    if t0 - RUN_STARTED > TOTAL_TIMEOUT_S:
+        pytest.fail(f"the browser run is past its {TOTAL_TIMEOUT_S:.0f} s budget "
+                    f"(FLASHTEXT_BROWSER_TOTAL_TIMEOUT); not starting {name}")
     # a workspace of its own, reset: no other notebook is restored (and started) with it
     page.goto(lab.url(f"/lab/workspaces/ft-{Path(name).stem}/tree/{name}?reset"), timeout=60_000)
     _wait(f"{name} to open", lambda: page.evaluate(STATE_JS, name) is not None, KERNEL_IDLE_S)
