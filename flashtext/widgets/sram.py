@@ -53,6 +53,28 @@ def _edges(n: int, block: int) -> np.ndarray:
     return np.minimum(np.arange(0, n + block, block), n)
 
 
+def _memory_controls(m_elements: int, d: int, prefix: str):
+    """The M slider (with every GPU preset among its stops), a GPU dropdown that moves it, and
+    the d dropdown, shared by the chapter 4 and chapter 6 widgets."""
+    import ipywidgets as w
+
+    presets = gpu_presets()
+    options = sorted(set(M_CHOICES) | set(presets.values()) | {m_elements})
+    m = w.SelectionSlider(options=options, value=m_elements, description="M (elements)",
+                          continuous_update=False, style={"description_width": "initial"})
+    gpu = w.Dropdown(options=["(choose)"] + list(presets), description="GPU, fp16")
+    dd = w.Dropdown(options=[16, 32, 64, 128, 256], value=d, description="d")
+
+    def pick_gpu(change):
+        if change["new"] in presets:
+            m.value = presets[change["new"]]
+
+    gpu.observe(pick_gpu, names="value")
+    for control, name in ((m, "m"), (gpu, "gpu"), (dd, "d")):
+        control.add_class(f"{prefix}-{name}")
+    return m, gpu, dd
+
+
 # -------------------------------------------------------------------------------- SRAM budget
 
 @dataclass
@@ -169,19 +191,13 @@ class SRAMBudget:
         import ipywidgets as w
 
         out = w.Output()
-        presets = gpu_presets()
-        options = sorted(set(M_CHOICES) | set(presets.values()) | {self.m_elements})
-        m = w.SelectionSlider(options=options, value=self.m_elements, description="M (elements)",
-                              continuous_update=False, style={"description_width": "initial"})
-        gpu = w.Dropdown(options=["(choose)"] + list(presets), description="GPU, fp16")
-        d = w.Dropdown(options=[16, 32, 64, 128, 256], value=self.d, description="d")
+        m, gpu, d = _memory_controls(self.m_elements, self.d, "ft-sram")
         n = w.IntSlider(value=self.n, min=16, max=4096, step=16, description="N",
                         continuous_update=False)
         step = w.IntSlider(value=self.step, min=0, max=self.state()["iterations"] - 1,
                            description="iteration", continuous_update=False)
-        for control, cls in ((m, "ft-sram-m"), (gpu, "ft-sram-gpu"), (d, "ft-sram-d"),
-                             (n, "ft-sram-n"), (step, "ft-sram-step")):
-            control.add_class(cls)
+        n.add_class("ft-sram-n")
+        step.add_class("ft-sram-step")
 
         def redraw(_=None):
             self.m_elements, self.d, self.n, self.step = m.value, d.value, n.value, step.value
@@ -189,11 +205,6 @@ class SRAMBudget:
             step.max = self.state()["iterations"] - 1
             _redraw_into(out, self)
 
-        def pick_gpu(change):
-            if change["new"] in presets:
-                m.value = presets[change["new"]]
-
-        gpu.observe(pick_gpu, names="value")
         for control in (m, d, n, step):
             control.observe(redraw, names="value")
         redraw()
@@ -416,27 +427,15 @@ class TrafficCurves:
         import ipywidgets as w
 
         out = w.Output()
-        presets = gpu_presets()
-        options = sorted(set(M_CHOICES) | set(presets.values()) | {self.m_elements})
-        m = w.SelectionSlider(options=options, value=self.m_elements, description="M (elements)",
-                              continuous_update=False, style={"description_width": "initial"})
-        gpu = w.Dropdown(options=["(choose)"] + list(presets), description="GPU, fp16")
-        d = w.Dropdown(options=[16, 32, 64, 128, 256], value=self.d, description="d")
+        m, gpu, d = _memory_controls(self.m_elements, self.d, "ft-traffic")
         n = w.SelectionSlider(options=sorted(set(N_CHOICES) | {self.n}), value=self.n,
                               description="N", continuous_update=False)
-        for control, cls in ((m, "ft-traffic-m"), (gpu, "ft-traffic-gpu"), (d, "ft-traffic-d"),
-                             (n, "ft-traffic-n")):
-            control.add_class(cls)
+        n.add_class("ft-traffic-n")
 
         def redraw(_=None):
             self.m_elements, self.d, self.n = m.value, d.value, n.value
             _redraw_into(out, self)
 
-        def pick_gpu(change):
-            if change["new"] in presets:
-                m.value = presets[change["new"]]
-
-        gpu.observe(pick_gpu, names="value")
         for control in (m, d, n):
             control.observe(redraw, names="value")
         redraw()
