@@ -76,7 +76,8 @@ def test_settings_validate_and_order_the_sweep():
     for bad, word in [(dict(dtypes=("fp8",)), "dtype"), (dict(ns=(3000,)), "tokens"),
                       (dict(ds=(96,)), "hidden"), (dict(providers=("xformers",)), "providers"),
                       (dict(modes=("bwd",)), "modes"), (dict(ns=()), "ns"),
-                      (dict(causals=(1,)), "causals"), (dict(rep_ms=0), "rep_ms")]:
+                      (dict(causals=(1,)), "causals"), (dict(rep_ms=0), "rep_ms"),
+                      (dict(flex_compile="max-autotune"), "flex_compile")]:
         with pytest.raises(ValueError, match=word):
             core.Settings(**bad)
 

@@ -69,9 +69,10 @@ def parser() -> argparse.ArgumentParser:
     how.add_argument("--no-memory", action="store_true", help="skip the peak-memory call")
     how.add_argument("--budget-min", type=float, default=None,
                      help="stop starting configurations after this many minutes (8.5; 0 = none)")
-    how.add_argument("--flex-dynamic", action="store_true",
-                     help="compile FlexAttention once with dynamic shapes instead of once per "
-                          "shape (a faster sweep; its kernels may differ a little)")
+    how.add_argument("--flex-compile", choices=sorted(core.FLEX_COMPILE), default=None,
+                     help="auto (default): torch.compile(flex_attention) as the anchors ran it, "
+                          "static after the first N, dynamic after; static: a kernel per shape "
+                          "(slowest sweep); dynamic: one dynamic-shape kernel")
     how.add_argument("--seed", type=int, default=0)
     out = ap.add_argument_group("output")
     out.add_argument("--out", default=None,
@@ -120,8 +121,8 @@ def settings_from_args(args: argparse.Namespace, quick: bool) -> core.Settings:
         given["memory"] = False
     if args.budget_min is not None:
         given["budget_s"] = args.budget_min * 60 if args.budget_min > 0 else None
-    if args.flex_dynamic:
-        given["flex_dynamic"] = True
+    if args.flex_compile:
+        given["flex_compile"] = args.flex_compile
     given["seed"] = args.seed
     return core.Settings.quick_preset(**given) if quick else core.Settings(**given)
 

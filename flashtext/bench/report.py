@@ -325,8 +325,12 @@ def summary_text(res: Results) -> str:
     for (p, status, reason), rs in groups.items():
         lines.append(f"  {p:9s} {status:11s} x{len(rs):<3d} {reason}")
     checked = [r for r in res.ok() if "correct" in r]
-    lines.append(f"{len(checked) - len(wrong)} of {len(checked)} timed rows passed their float64 "
-                 f"check{'' if len(checked) == len(res.ok()) else ' (the rest were not checked)'}.")
+    if checked:
+        rest = "" if len(checked) == len(res.ok()) else " (the rest were not checked)"
+        lines.append(f"{len(checked) - len(wrong)} of {len(checked)} timed rows passed their "
+                     f"float64 check{rest}.")
+    else:
+        lines.append("No float64 checks in these results.")
     if (res.meta.get("environment") or {}).get("timer") == "perf_counter":
         lines.insert(0, "CPU SMOKE TEST (Triton interpreter, CPU clock): the harness ran end to "
                         "end; these times and ratios mean nothing.")
@@ -391,7 +395,49 @@ def markdown_tables(res: Results) -> str:
                        f"{_fmt(r['t_memory_ms'], '.4f')} | {r['ours_ms']:.3f} | "
                        f"{LABELS[spec.peer]} | {_fmt(peer_ms, '.3f')} | "
                        f"{r[f'ours/{spec.peer}']:.2f} | {spec.ratio:g} |")
+    band = roof_band(res, res.axis("dtype")[0]) if res.rows else None
+    out += ["", "What ours must reach (the peers of this run, hard targets only):", "",
+            bars_markdown(res, (band[0] * 1e12, band[1] * 1e12) if band else None)]
     return "\n".join(out)
+
+
+def target_bars(res: Results, matmul_flops: tuple[float, float] | None = None
+                ) -> list[dict[str, Any]]:
+    """The TFLOP/s our kernel must reach in each configuration to meet every (hard) target,
+    given the peers' numbers in ``res``, and which peer sets that bar; with the measured
+    matmul ceiling range (FLOP/s), also the bar as a fraction of it."""
+    out = []
+    for mode in res.axis("mode"):
+        for dt in res.axis("dtype"):
+            for d in res.axis("d"):
+                for c in res.axis("causal"):
+                    for n in res.axis("n"):
+                        peers = {p: res.value(p, mode, dt, d, c, n) for p in PEERS}
+                        bars = [(t.ratio * peers[t.peer], t) for t in TARGETS
+                                if t.applies(mode, d, n) and not t.soft and peers[t.peer]]
+                        if not bars:
+                            continue
+                        bar, t = max(bars, key=lambda b: b[0])
+                        row = {"mode": mode, "dtype": dt, "d": d, "causal": c, "n": n,
+                               **peers, "bar": bar, "set_by": f"{t.ratio:g}x {LABELS[t.peer]}"}
+                        if matmul_flops:
+                            row["bar_share"] = (bar * 1e12 / matmul_flops[1],
+                                                bar * 1e12 / matmul_flops[0])
+                        out.append(row)
+    return out
+
+
+def bars_markdown(res: Results, matmul_flops: tuple[float, float] | None = None) -> str:
+    lines = ["| pass | dtype | d | mask | N | cuDNN | FA2 | Flex | bar for ours | set by | "
+             "bar / matmul ceiling |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in target_bars(res, matmul_flops):
+        share = "-" if "bar_share" not in r else \
+            f"{r['bar_share'][0]:.0%}-{r['bar_share'][1]:.0%}"
+        lines.append(f"| {r['mode'].replace('_', '+')} | {SHORT_DTYPE.get(r['dtype'])} | "
+                     f"{r['d']} | {'causal' if r['causal'] else 'full'} | {r['n']} | "
+                     f"{_fmt(r['cudnn'], '.1f')} | {_fmt(r['flash'], '.1f')} | "
+                     f"{_fmt(r['flex'], '.1f')} | {r['bar']:.1f} | {r['set_by']} | {share} |")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------ figures
@@ -456,7 +502,10 @@ def plot_tflops(res: Results, *, dtype: str, d: int, causal: bool, mode: str, ax
                 ns = sorted(set(ns) | {n for n, _ in pts})
     if roof is not None:
         lo, hi = roof
-        ax.axhspan(lo, hi, color="k", alpha=0.08, lw=0)
+        if hi - lo < 1:  # one value measured in this run: a line, not a band
+            ax.axhline(lo, color="k", ls=":", lw=1)
+        else:  # the recorded range of several matmul measurements
+            ax.axhspan(lo, hi, color="k", alpha=0.08, lw=0)
         ax.text(0.01, lo, " matmul ceiling (measured)", fontsize=7, va="bottom",
                 transform=ax.get_yaxis_transform())
     if ns:
