@@ -336,6 +336,23 @@ def summarize(times_ms: list[float], timer: str) -> Timing:
     return Timing(statistics.median(t), _quantile(t, 0.2), _quantile(t, 0.8), len(t), timer)
 
 
+_ALL: list[bool] = []
+
+
+def _do_bench_returns_all() -> bool:
+    """Whether this triton's do_bench has return_mode="all" (every call's time), asked once
+    with an empty function rather than guessed from a version number."""
+    if not _ALL:
+        from triton.testing import do_bench
+
+        try:
+            out = do_bench(lambda: None, warmup=1, rep=1, return_mode="all")
+            _ALL.append(len(out) >= 1)
+        except (AssertionError, TypeError, ValueError):
+            _ALL.append(False)
+    return _ALL[0]
+
+
 def time_call(fn: Callable[[], Any], *, warmup_ms: float, rep_ms: float,
               grad_to_none: list[torch.Tensor] | None = None, gpu: bool) -> Timing:
     """Time ``fn``: ``triton.testing.do_bench`` on a GPU (all per-call times, then the median);
@@ -343,6 +360,10 @@ def time_call(fn: Callable[[], Any], *, warmup_ms: float, rep_ms: float,
     if gpu:
         from triton.testing import do_bench
 
+        if not _do_bench_returns_all():  # an older triton: its own quantiles, count unknown
+            q20, q50, q80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms,
+                                     grad_to_none=grad_to_none, quantiles=[0.2, 0.5, 0.8])
+            return Timing(q50, q20, q80, 0, "do_bench")
         times = do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none,
                          return_mode="all")
         return summarize(times.tolist() if hasattr(times, "tolist") else list(times),
