@@ -55,9 +55,9 @@ H100 = GPU(
 )
 H200 = GPU(
     name="H200 SXM", sms=132, hbm_bytes=141 * GB, hbm_bandwidth=4.8 * TB,
-    # L2: the H200 is the H100 SXM5's GH100 configuration (132 SMs, 50 MB L2); the H200 recording
-    # (scripts/record_memory_wall.py) stores the driver's L2_cache_size, and chapter 1 checks it.
-    smem_per_sm=228 * KB, smem_bandwidth=31 * TB, l2_bytes=50 * MB, l2_bandwidth=12 * TB,
+    # L2: the driver of our H200 reports 60 MiB (L2_cache_size = 62914560 in the recording of
+    # scripts/record_memory_wall.py; chapter 1 checks it), where the H100 SXM5 has 50 MB.
+    smem_per_sm=228 * KB, smem_bandwidth=31 * TB, l2_bytes=60 * MB, l2_bandwidth=12 * TB,
     registers_per_sm=256 * KB, matmul_flops=989 * TB, fp32_flops=67 * TB, exp_flops=3.9 * TB,
     host_bandwidth=64 * GB, measured_copy_bandwidth=4.25 * TB,
     measured_matmul_flops=(690 * TB, 790 * TB),
