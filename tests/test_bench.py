@@ -414,6 +414,29 @@ def test_cli_full_sweep_detection():
     assert not cli.full_sweep(core.Settings(ds=(128,)))
 
 
+def test_cli_merge_keeps_rows_a_budget_cut_off():
+    cfg = core.Config("float16", 64, False, 512, 32, 32)
+    old = {"gpu": "g", "torch": "t", "triton": "x", "started": "a",
+           "rows": [core._row(cfg, "ours", "fwd", "ok", ms=1.0)]}
+    new = {**old, "started": "b",
+           "rows": [core._row(cfg, "ours", "fwd", "skipped", "time budget of 510 s used up")]}
+    merged = cli.merge(old, new)
+    assert [r["status"] for r in merged["rows"]] == ["ok"] and len(merged["runs"]) == 2
+    redo = {**old, "started": "c", "rows": [core._row(cfg, "ours", "fwd", "ok", ms=0.5)]}
+    assert [r["ms"] for r in cli.merge(old, redo)["rows"]] == [0.5]
+
+
+def test_cli_resume_args_name_what_was_cut_off():
+    s = core.Settings()
+    cut = [core._row(core.Config("bfloat16", d, True, n, 16384 // n, 2048 // d), "ours", "fwd",
+                     "skipped", "budget") for d in (64, 128) for n in (8192, 16384)]
+    args = cli.resume_args(cut, s, "bench_h200")
+    assert args.startswith("--dtype bf16 --d 64 128 --causal true --n 8192 16384 --mode fwd")
+    assert args.endswith("--merge --out bench_h200")
+    assert cli.settings_from_args(cli.parser().parse_args(args.split()), quick=False).ns == \
+        (8192, 16384)
+
+
 def test_cli_merge_refuses_another_gpu():
     old = {"gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6", "rows": []}
     with pytest.raises(SystemExit, match="gpu"):

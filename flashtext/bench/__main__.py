@@ -152,9 +152,15 @@ def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     def key(r):
         return (r["provider"], r["mode"], r["dtype"], r["d"], r["causal"], r["n"])
 
-    fresh = {key(r) for r in new["rows"]}
+    def budget_skip(r):
+        return r["status"] == "skipped" and "budget" in (r.get("reason") or "")
+
+    old_rows = {key(r): r for r in old["rows"]}
+    # a row this run did not get to (time budget) never replaces one measured before
+    new_rows = [old_rows.get(key(r), r) if budget_skip(r) else r for r in new["rows"]]
+    fresh = {key(r) for r in new_rows}
     merged = dict(new)
-    merged["rows"] = [r for r in old["rows"] if key(r) not in fresh] + new["rows"]
+    merged["rows"] = [r for r in old["rows"] if key(r) not in fresh] + new_rows
     # one record per run; a run's own earlier checkpoints are replaced, not repeated
     runs = [r for r in old.get("runs", [_run_record(old)])
             if r.get("started") != new.get("started")]
@@ -175,6 +181,23 @@ def save(name: str, payload: dict[str, Any], do_merge: bool) -> Path:
         payload = merge(json.loads(recorded.path(name).read_text()), report.stamp(payload))
     return recorded.save(name, {k: v for k, v in payload.items()
                                 if k not in ("gpu", "date", "torch", "triton")})
+
+
+def resume_args(skipped: list[dict[str, Any]], settings: core.Settings, name: str | None
+                ) -> str:
+    """Flags that re-run just the configurations a time budget cut off (a superset at worst:
+    each flag lists the values the skipped rows have), merged into the same file."""
+    def values(key):
+        return sorted({r[key] for r in skipped})
+
+    causal = values("causal")
+    parts = ["--dtype " + " ".join(core.SHORT_DTYPE[x] for x in values("dtype")),
+             "--d " + " ".join(str(x) for x in values("d")),
+             "--causal " + ("both" if len(causal) == 2 else str(causal[0]).lower()),
+             "--n " + " ".join(str(x) for x in values("n")),
+             "--mode " + " ".join(settings.modes),
+             "--providers " + " ".join(settings.providers), "--merge"]
+    return " ".join(parts + ([f"--out {name}"] if name else []))
 
 
 def draw(res: report.Results, name: str) -> list[Path]:
@@ -263,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"figure: {p}")
     skipped = [r for r in res.rows if r["status"] == "skipped" and "budget" in (r["reason"] or "")]
     if skipped:
-        print(f"\nTIME BUDGET: {len(skipped)} rows were not measured. Finish them with the same "
-              f"selection plus --merge (and --out {name}).")
+        print(f"\nTIME BUDGET: {len(skipped)} rows were not measured. Finish them with:\n"
+              f"  make bench BENCH_ARGS='{resume_args(skipped, settings, name)}'")
     if payload["cuda_lost"]:
         print(f"\nCUDA CONTEXT LOST: {payload['cuda_lost']}\nRerun that provider alone with "
               "CUDA_LAUNCH_BLOCKING=1 to find the faulting launch.")
