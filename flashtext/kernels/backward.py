@@ -139,7 +139,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
     CAUSAL_OFFSET = N_K - N_Q
     if CAUSAL:
         lo = tl.maximum(start_n - CAUSAL_OFFSET, 0) // BLOCK_M * BLOCK_M
-        mid = tl.maximum(start_n + BLOCK_N - 1 - CAUSAL_OFFSET, 0)
+        # first row that sees the tile's last real key
+        mid = tl.maximum(tl.minimum(start_n + BLOCK_N, N_K) - 1 - CAUSAL_OFFSET, 0)
         mid = tl.maximum((mid + BLOCK_M - 1) // BLOCK_M * BLOCK_M, lo)  # round up to a block
         dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd,
                              stride_dom, stride_dod, start_n, lo, tl.minimum(mid, N_Q),

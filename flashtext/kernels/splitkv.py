@@ -21,10 +21,14 @@ import triton
 import triton.language as tl
 
 from flashtext import _boot
-from flashtext.kernels._config import LOG2E, block_d
+from flashtext.fa2 import LN2, LOG2E
+from flashtext.kernels._config import block_d
+from flashtext.kernels.forward import input_precision  # fp32: ieee dots, not TF32
 from flashtext.splitkv import choose_num_splits
 
 __all__ = ["splitkv_attention", "splitkv_partials"]
+
+_LN2 = tl.constexpr(LN2)  # log(x) = log2(x) * ln 2
 
 
 @triton.jit
@@ -32,7 +36,8 @@ def _splitkv_partial(Q, K, V, O_part, L_part,
                      s_qb, s_qh, s_qm, s_qd, s_kb, s_kh, s_kn, s_kd, s_vb, s_vh, s_vn, s_vd,
                      H, N_Q, N_K, CHUNK, qk_scale_log2,
                      CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     INPUT_PRECISION: tl.constexpr):
     split = tl.program_id(0)
     m_block = tl.program_id(1)
     bh = tl.program_id(2)
@@ -65,7 +70,7 @@ def _splitkv_partial(Q, K, V, O_part, L_part,
         kv_mask = key_ok[:, None] & d_ok[None, :]
         k = tl.load(k_base + offs_n[:, None] * s_kn + offs_d[None, :] * s_kd, mask=kv_mask,
                     other=0.0)
-        s = tl.dot(q, tl.trans(k)) * qk_scale_log2
+        s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale_log2
         visible = key_ok[None, :]
         if CAUSAL:
             visible = visible & (offs_n[None, :] <= offs_m[:, None] + N_K - N_Q)
@@ -77,13 +82,12 @@ def _splitkv_partial(Q, K, V, O_part, L_part,
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + offs_n[:, None] * s_vn + offs_d[None, :] * s_vd, mask=kv_mask,
                     other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=INPUT_PRECISION)
         m_i = m_new
 
     seen = l_i > 0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
-    ln2: tl.constexpr = 0.6931471805599453
-    lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * ln2, float("-inf"))
+    lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * _LN2, float("-inf"))
     # partials are laid out (batch*heads, splits, N_Q, HEAD_DIM), contiguous
     row = (bh * num_splits + split) * N_Q + offs_m
     tl.store(O_part + row[:, None] * HEAD_DIM + offs_d[None, :], out,
@@ -173,7 +177,7 @@ def splitkv_partials(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_spli
         q, k, v, o_part, l_part, *q.stride(), *k.stride(), *v.stride(),
         heads, n_q, n_k, chunk, scale * LOG2E,
         CAUSAL=bool(causal), HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=block_m, BLOCK_N=block_n,
-        num_warps=4, num_stages=2)
+        INPUT_PRECISION=input_precision(q.dtype), num_warps=4, num_stages=2)
     shape = (batch, heads, num_splits, n_q)
     return o_part.view(*shape, d), l_part.view(shape)
 
