@@ -53,6 +53,18 @@ def show(book_widget: BookWidget) -> None:
     print("(static figure: open this chapter in JupyterLab, `make lab`, to interact)")
 
 
+def redraw_into(out, book_widget: BookWidget) -> None:
+    """Replace what an ipywidgets ``Output`` shows with the widget's current figure."""
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    with out:
+        out.clear_output(wait=True)
+        fig = book_widget.figure()
+        display(fig)
+        plt.close(fig)
+
+
 def figure_png(fig, dpi: int = 100):
     """A matplotlib Figure as an IPython PNG image (and close the figure)."""
     import io

@@ -123,7 +123,7 @@ class RooflineExplorer:
     def widget(self):
         import ipywidgets as w
 
-        from flashtext.widgets.tiles import _redraw_into
+        from flashtext.widgets.base import redraw_into
 
         out = w.Output()
         gpu = w.Dropdown(options=list(GPUS), value=self.gpu, description="GPU")
@@ -137,7 +137,7 @@ class RooflineExplorer:
         def redraw(_=None):
             self.gpu, self.n, self.d = gpu.value, n.value, d.value
             caption.value = f"<small>{self.caption()}</small>"
-            _redraw_into(out, self)
+            redraw_into(out, self)
 
         for control in (gpu, n, d):
             control.observe(redraw, names="value")

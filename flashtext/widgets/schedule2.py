@@ -14,6 +14,7 @@ import numpy as np
 
 from flashtext.fa2 import FULL, MASKED, SKIPPED, BlockCounts, block_grid, count_blocks
 from flashtext.reference import causal_mask
+from flashtext.widgets.base import redraw_into
 
 COLORS = {SKIPPED: "#e6e6e6", MASKED: "#f0a35e", FULL: "#4c72b0"}
 LABELS = {SKIPPED: "skipped (never loaded)", MASKED: "masked (diagonal crosses it)",
@@ -74,8 +75,6 @@ class CausalBlocks:
 
     def widget(self):
         import ipywidgets as w
-        import matplotlib.pyplot as plt
-        from IPython.display import display
 
         out = w.Output()
         style = {"description_width": "70px"}
@@ -94,11 +93,7 @@ class CausalBlocks:
         def redraw(_=None):
             for name, control in controls.items():
                 setattr(self, name, control.value)
-            with out:
-                out.clear_output(wait=True)
-                fig = self.figure()
-                display(fig)
-                plt.close(fig)
+            redraw_into(out, self)
 
         for name, control in controls.items():
             control.observe(redraw, names="value")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flashtext.hardware import H200
+from flashtext.widgets.base import redraw_into
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
@@ -51,8 +52,6 @@ class TensorSizes:
 
     def widget(self):
         import ipywidgets as w
-        import matplotlib.pyplot as plt
-        from IPython.display import display
 
         out = w.Output()
         n = w.IntSlider(value=self.n, min=256, max=131072, step=256, description="N")
@@ -62,11 +61,7 @@ class TensorSizes:
 
         def redraw(_=None):
             self.n, self.d, self.heads, self.dtype = n.value, d.value, heads.value, dtype.value
-            with out:
-                out.clear_output(wait=True)
-                fig = self.figure()
-                display(fig)
-                plt.close(fig)
+            redraw_into(out, self)
 
         for control in (n, d, heads, dtype):
             control.observe(redraw, names="value")

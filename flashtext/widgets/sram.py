@@ -19,22 +19,13 @@ import numpy as np
 
 from flashtext import cost, reference, tiled
 from flashtext.hardware import GPUS
+from flashtext.widgets.base import redraw_into
 
 TILE_COLORS = {"K_j": "#4c72b0", "V_j": "#55a868", "Q_i": "#8172b2", "O_i": "#ccb974",
                "S_ij": "#c44e52", "l_i, m_i": "#64b5cd", "line 10-11 row stats": "#999999"}
 GREEN, YELLOW, FUTURE = "#7fc97f", "#ffd92f", "#eeeeee"
 M_CHOICES = sorted({2 ** k for k in range(8, 19)} | {3 * 2 ** k for k in range(8, 17)})
 
-
-def _redraw_into(out, obj) -> None:
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-
-    with out:
-        out.clear_output(wait=True)
-        fig = obj.figure()
-        display(fig)
-        plt.close(fig)
 
 
 def _check_positive(**values) -> None:
@@ -203,7 +194,7 @@ class SRAMBudget:
             self.m_elements, self.d, self.n, self.step = m.value, d.value, n.value, step.value
             self.validate()
             step.max = self.state()["iterations"] - 1
-            _redraw_into(out, self)
+            redraw_into(out, self)
 
         for control in (m, d, n, step):
             control.observe(redraw, names="value")
@@ -337,7 +328,7 @@ class Line12Stepper:
         def redraw(_=None):
             self.i, self.j, self.query = i.value - 1, j.value - 1, query.value
             self.validate()
-            _redraw_into(out, self)
+            redraw_into(out, self)
 
         for control in (i, j, query):
             control.observe(redraw, names="value")
@@ -434,7 +425,7 @@ class TrafficCurves:
 
         def redraw(_=None):
             self.m_elements, self.d, self.n = m.value, d.value, n.value
-            _redraw_into(out, self)
+            redraw_into(out, self)
 
         for control in (m, d, n):
             control.observe(redraw, names="value")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flashtext.online import SoftmaxState
+from flashtext.widgets.base import redraw_into
 
 ORDERS = ("query-major", "key-major")
 
@@ -22,16 +23,6 @@ def _positive(name: str, value) -> int:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
-
-def _redraw_into(out, obj) -> None:
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-
-    with out:
-        out.clear_output(wait=True)
-        fig = obj.figure()
-        display(fig)
-        plt.close(fig)
 
 
 # ------------------------------------------------------------------------------ tile stepper
@@ -184,7 +175,7 @@ class TileStepper:
             self.step = min(step.value, self.total_steps) - 1
             caption.value = (f"<b>{self.caption()}</b> — {self.scores_on_chip()} of "
                              f"{self.n * self.n} scores on chip")
-            _redraw_into(out, self)
+            redraw_into(out, self)
 
         step.observe(redraw, names="value")
         for control in (n, block, order):
@@ -260,7 +251,7 @@ class MemoryBars:
         def redraw(_=None):
             self.n, self.block = n.value, block.value
             caption.value = self.caption()
-            _redraw_into(out, self)
+            redraw_into(out, self)
 
         n.observe(redraw, names="value")
         block.observe(redraw, names="value")
@@ -522,7 +513,7 @@ class MergeTree:
 
         def redraw(_=None):
             self.blocks, self.shape, self.seed = blocks.value, shape.value, seed.value
-            _redraw_into(out, self)
+            redraw_into(out, self)
 
         for control in (blocks, shape, seed):
             control.observe(redraw, names="value")
