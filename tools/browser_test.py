@@ -608,23 +608,50 @@ def _snapshot(box: object) -> str:
 
 
 def _interact_generic(page: object, box: object, shot: str) -> str:
-    """Any other book widget with a slider: nudge its first slider with the keyboard and see the
-    kernel redraw something (a comm round trip through a real frontend)."""
-    handles = box.locator(".widget-slider .noUi-handle")
-    if handles.count() == 0:
-        return "rendered (no slider to move)"
-    label = box.locator(".widget-slider .widget-label").first.inner_text().strip()
+    """Any other book widget: move its first slider with the keyboard (else pick another option
+    of its first dropdown, else press another of its toggle buttons) and see the kernel redraw
+    something: a comm round trip through a real frontend."""
     before = _snapshot(box)
-    handle = handles.first
-    for key in ("ArrowRight", "ArrowLeft", "ArrowLeft"):  # the slider may start at its maximum
-        handle.focus()
-        page.keyboard.press(key)
-        with contextlib.suppress(TimeoutError):
-            _wait(f"a redraw after moving {label!r}", lambda: _snapshot(box) != before, 8.0, 0.2)
-            box.screenshot(path=str(ARTIFACTS / f"{shot}.png"))
-            return f"moved {label!r}, it redrew"
-    raise AssertionError(f"moving its first slider ({label!r}) with the keyboard changed "
-                         "nothing the kernel draws (figure or text)")
+
+    def redrew(what: str, timeout_s: float = 8.0) -> bool:
+        try:
+            _wait(f"a redraw after {what}", lambda: _snapshot(box) != before, timeout_s, 0.2)
+        except TimeoutError:
+            return False
+        box.screenshot(path=str(ARTIFACTS / f"{shot}.png"))
+        return True
+
+    handles = box.locator(".widget-slider .noUi-handle")
+    if handles.count():
+        label = box.locator(".widget-slider .widget-label").first.inner_text().strip()
+        for key in ("ArrowRight", "ArrowLeft", "ArrowLeft"):  # it may start at its maximum
+            handles.first.focus()
+            page.keyboard.press(key)
+            if redrew(f"moving {label!r}"):
+                return f"moved {label!r}, it redrew"
+        raise AssertionError(f"moving its first slider ({label!r}) with the keyboard changed "
+                             "nothing the kernel draws (figure or text)")
+    selects = box.locator(".widget-dropdown select")
+    if selects.count():
+        select = selects.first
+        label = box.locator(".widget-dropdown .widget-label").first.inner_text().strip()
+        options = select.locator("option").evaluate_all("os => os.map(o => o.value)")
+        other = next((o for o in options if o != select.input_value()), None)
+        if other is not None:
+            select.select_option(other)
+            if redrew(f"choosing {label!r}"):
+                return f"chose another {label!r}, it redrew"
+            raise AssertionError(f"choosing another option of its first dropdown ({label!r}) "
+                                 "changed nothing the kernel draws (figure or text)")
+    toggles = box.locator(".widget-toggle-buttons button:not(.mod-active)")
+    if toggles.count():
+        text = toggles.first.inner_text().strip()
+        toggles.first.click()
+        if redrew(f"pressing {text!r}"):
+            return f"pressed {text!r}, it redrew"
+        raise AssertionError(f"pressing its toggle button {text!r} changed nothing the kernel "
+                             "draws (figure or text)")
+    return "rendered (no slider, dropdown or toggle to try)"
 
 
 def _interact_tensor_sizes(page: object, box: object, shot: str) -> str:
