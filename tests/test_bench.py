@@ -371,6 +371,12 @@ def test_figures_draw():
     fig = report.figure_memory(res)
     assert "no memory measured" in fig.axes[0].texts[0].get_text()
     plt.close(fig)
+    ax = report.plot_roofline(anchors, mode="fwd")
+    roof, *points = ax.get_lines()
+    assert roof.get_ydata().max() == pytest.approx(790)  # the H200's measured matmul, high end
+    cudnn = next(line for line in points if line.get_label() == "SDPA cuDNN")
+    assert len(cudnn.get_xdata()) == 20 and min(cudnn.get_xdata()) == 1024 / 4  # causal N/4
+    plt.close(ax.figure)
 
 
 # ------------------------------------------------------------------------------ command line

@@ -33,6 +33,7 @@ from flashtext.bench.report import (
     load,
     load_anchors,
     plot_memory,
+    plot_roofline,
     plot_tflops,
     ratio_rows,
     recorded_results,
@@ -41,5 +42,5 @@ from flashtext.bench.report import (
 
 __all__ = ["PROVIDERS", "TARGETS", "Config", "Results", "Settings", "attention_min_bytes",
            "classify", "evaluate_targets", "figure_memory", "figure_tflops", "load",
-           "load_anchors", "plot_memory", "plot_tflops", "ratio_rows", "recorded_results",
-           "run", "summarize", "summary_text", "tflops", "time_call"]
+           "load_anchors", "plot_memory", "plot_roofline", "plot_tflops", "ratio_rows",
+           "recorded_results", "run", "summarize", "summary_text", "tflops", "time_call"]

@@ -10,7 +10,7 @@ rows so the figures and tables treat both alike.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from flashtext import recorded
@@ -564,6 +564,56 @@ def _figure_title(res: Results) -> str:
     note = "  [CPU smoke test: timings mean nothing]" if timer == "perf_counter" else ""
     return (f"{res.meta.get('gpu', '?')}, {res.meta.get('date', '?')}, torch "
             f"{res.meta.get('torch', '?')}, triton {res.meta.get('triton', '?')}: {what}{note}")
+
+
+def plot_roofline(res: Results, *, mode: str = "fwd", dtype: str = "float16", ax=None,
+                  ceilings: tuple[float, float] | None = None):
+    """Chapter 1's roofline with every timed row of ``res`` on it: x = FLOPs over the bytes no
+    kernel can avoid, y = TFLOP/s achieved. ``ceilings`` = (matmul FLOP/s, bandwidth B/s);
+    default: the ones measured in the run, else the H200's measured ones."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from flashtext import roofline
+    from flashtext.hardware import H200
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.2))
+    if ceilings is None:
+        measured = res.meta.get("ceilings") or {}
+        peak = (measured.get("matmul_flops") or {}).get(dtype)
+        ceilings = (peak, measured["copy_bandwidth"]) if peak else (
+            H200.measured_matmul_flops[1], H200.measured_copy_bandwidth)
+    peak, bandwidth = ceilings
+    gpu = replace(H200, name="measured ceilings", matmul_flops=peak, hbm_bandwidth=bandwidth)
+    x = np.logspace(1, 4.3, 200)
+    ax.loglog(x, roofline.attainable(gpu, x) / 1e12, "k-", lw=1.5,
+              label=f"roof: {peak / 1e12:.0f} TFLOP/s, {bandwidth / 1e12:.2f} TB/s")
+    ax.axvline(peak / bandwidth, color="grey", ls=":", lw=1)
+    for p in res.providers():
+        rows = [r for r in res.ok(provider=p, mode=mode, dtype=dtype)]
+        if rows:
+            ax.plot([r["flops"] / _min_bytes(r) for r in rows], [r["tflops"] for r in rows],
+                    ls="none", ms=5, alpha=0.8, marker=STYLE.get(p, {}).get("marker", "o"),
+                    color=STYLE.get(p, {}).get("color"), label=LABELS.get(p, p))
+    ax.set_ylim(bottom=20)
+    ax.set_xlabel("FLOPs per unavoidable byte (log)")
+    ax.set_ylabel("TFLOP/s (log)")
+    name = "forward" if mode == "fwd" else "forward + backward"
+    ax.set_title(f"{name}, {SHORT_DTYPE.get(dtype, dtype)}: every d, mask and N on the "
+                 f"roofline (ridge {peak / bandwidth:.0f} FLOP/B)", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="lower right")
+    return ax
+
+
+def _min_bytes(r: dict[str, Any]) -> float:
+    from flashtext.bench.core import DTYPES, attention_min_bytes
+
+    if "min_bytes" in r:
+        return r["min_bytes"]
+    return attention_min_bytes(r["batch"], r["heads"], r["n"], r["d"],
+                               DTYPES[r["dtype"]].itemsize, r["mode"])
 
 
 def plot_memory(res: Results, *, dtype: str, d: int, causal: bool, mode: str, ax=None,

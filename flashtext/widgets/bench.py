@@ -58,8 +58,8 @@ class BenchExplorer:
 
     def widget(self):
         import ipywidgets as w
-        import matplotlib.pyplot as plt
-        from IPython.display import display
+
+        from flashtext.widgets.base import redraw_into
 
         out = w.Output()
         d = w.Dropdown(options=self.choices["d"], value=self.d, description="d")
@@ -73,11 +73,7 @@ class BenchExplorer:
 
         def redraw(_=None):
             self.set(d=d.value, causal=causal.value, dtype=dtype.value, mode=mode.value)
-            with out:
-                out.clear_output(wait=True)
-                fig = self.figure()
-                display(fig)
-                plt.close(fig)
+            redraw_into(out, self)
 
         for control in (d, causal, dtype, mode):
             control.observe(redraw, names="value")
