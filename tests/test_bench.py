@@ -443,6 +443,18 @@ def test_cli_resume_args_name_what_was_cut_off():
         (8192, 16384)
 
 
+def test_cli_borrowed_peers_give_ratios_without_remeasuring():
+    cfg = core.Config("float16", 128, False, 4096, 4, 16)
+    ours = core._row(cfg, "ours", "fwd", "ok", ms=cfg.flops("fwd") / 600e12 * 1e3, tflops=600.0)
+    cudnn_here = core._row(cfg, "cudnn", "fwd", "unsupported", "x")
+    res = cli.borrow_peers(report.Results({}, [ours, cudnn_here]), "h200_peers_fp16")
+    (r,) = report.ratio_rows(res)
+    assert r["ours/cudnn"] == pytest.approx(600 / 552.5) and r["ours/flash"] == pytest.approx(
+        600 / 336.3)
+    assert all(x.get("borrowed_from") == "h200_peers_fp16" for x in res.rows
+               if x["provider"] != "ours")
+
+
 def test_cli_merge_refuses_another_gpu():
     old = {"gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6", "rows": []}
     with pytest.raises(SystemExit, match="gpu"):

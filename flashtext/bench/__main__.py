@@ -87,6 +87,10 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument("--report", metavar="NAME", default=None,
                      help="measure nothing: print the tables of recorded results NAME "
                           "(and redraw their figures)")
+    out.add_argument("--peers-from", metavar="NAME", default=None,
+                     help="for tuning: take the peers this run did not measure from recorded "
+                          "results NAME (e.g. bench_h200 or h200_peers_fp16) when printing "
+                          "ratios; the JSON keeps only what this run measured")
     out.add_argument("--markdown", action="store_true",
                      help="also print markdown tables for BENCHMARKS.md")
     out.add_argument("--plan", action="store_true",
@@ -222,7 +226,27 @@ def draw(res: report.Results, name: str) -> list[Path]:
     return paths
 
 
-def print_report(res: report.Results, markdown: bool) -> None:
+def borrow_peers(res: report.Results, name: str) -> report.Results:
+    """``res`` plus the peer rows of recorded results ``name`` for configurations ``res`` did
+    not measure that peer in, each marked ``borrowed_from``."""
+    other = report.load(name)
+
+    def key(r):
+        return (r["provider"], r["mode"], r["dtype"], r["d"], r["causal"], r["n"])
+
+    have = {key(r) for r in res.rows if r["status"] == "ok"}
+    extra = [{**r, "borrowed_from": name} for r in other.rows
+             if r["provider"] != "ours" and key(r) not in have]
+    return report.Results(res.meta, [r for r in res.rows if r["status"] == "ok" or
+                                     r["provider"] == "ours"] + extra)
+
+
+def print_report(res: report.Results, markdown: bool, peers_from: str | None = None) -> None:
+    if peers_from:
+        res = borrow_peers(res, peers_from)
+        print(f"\nNOTE: peers not measured in this run are taken from {peers_from} "
+              f"({recorded.provenance(report.load(peers_from).meta)}). Ratios are for tuning "
+              "only: the targets count peers measured side by side in one run.")
     print()
     print(report.summary_text(res))
     text = "" if res.is_anchor else report.anchor_comparison(res)
@@ -240,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         res = report.load(args.report)
         print(recorded.provenance(res.meta))
-        print_report(res, args.markdown)
+        print_report(res, args.markdown, args.peers_from)
         if not args.no_plot:
             for p in draw(res, args.report):
                 print(f"figure: {p}")
@@ -280,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         path = save(name, payload, args.merge)
         res = report.load(name)  # what was written, merged rows included
         print(f"\nresults: {path}")
-    print_report(res, args.markdown)
+    print_report(res, args.markdown, args.peers_from)
     if not args.no_plot:
         for p in draw(res, name or "bench_quick"):
             print(f"figure: {p}")
