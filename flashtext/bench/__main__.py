@@ -235,8 +235,9 @@ def borrow_peers(res: report.Results, name: str) -> report.Results:
         return (r["provider"], r["mode"], r["dtype"], r["d"], r["causal"], r["n"])
 
     have = {key(r) for r in res.rows if r["status"] == "ok"}
+    ours = {key(r)[1:] for r in res.rows if r["provider"] == "ours"}
     extra = [{**r, "borrowed_from": name} for r in other.rows
-             if r["provider"] != "ours" and key(r) not in have]
+             if r["provider"] != "ours" and key(r) not in have and key(r)[1:] in ours]
     return report.Results(res.meta, [r for r in res.rows if r["status"] == "ok" or
                                      r["provider"] == "ours"] + extra)
 

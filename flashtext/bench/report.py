@@ -324,9 +324,10 @@ def summary_text(res: Results) -> str:
         lines.append("Rows without a time, grouped (provider, status, reason, how many):")
     for (p, status, reason), rs in groups.items():
         lines.append(f"  {p:9s} {status:11s} x{len(rs):<3d} {reason}")
-    checked = [r for r in res.ok() if "correct" in r]
+    timed = [r for r in res.ok() if not r.get("borrowed_from")]
+    checked = [r for r in timed if "correct" in r]
     if checked:
-        rest = "" if len(checked) == len(res.ok()) else " (the rest were not checked)"
+        rest = "" if len(checked) == len(timed) else " (the rest were not checked)"
         lines.append(f"{len(checked) - len(wrong)} of {len(checked)} timed rows passed their "
                      f"float64 check{rest}.")
     else:
@@ -364,6 +365,8 @@ def anchor_comparison(res: Results, anchors: Results | None = None) -> str:
             ref = "cudnn" if p == "ours" else p
             ratios = []
             for r in res.ok(provider=p, mode=mode, dtype="float16"):
+                if r.get("borrowed_from"):
+                    continue
                 a = anchors.value(ref, mode, "float16", r["d"], r["causal"], r["n"])
                 if a:
                     ratios.append(r["tflops"] / a)
