@@ -41,6 +41,27 @@ TOLERANCE = {"float16": 2e-2, "bfloat16": 6e-2, "float32": 1e-2}
 # Statuses a row can have. Only "ok" rows carry a time.
 STATUSES = ("ok", "skipped", "unsupported", "unavailable", "oom", "error")
 FULL_NS = (512, 1024, 2048, 4096, 8192, 16384)
+# What each field of a row means; written into every results file so it explains itself.
+FIELDS = {
+    "provider": "ours, cudnn, flash (FA2), efficient, flex, math: see 'providers'",
+    "mode": "fwd (inference forward, inputs without requires_grad) or fwd_bwd "
+            "(attn(q, k, v).backward(dO), gradients reset before each call)",
+    "dtype, d, causal, n, batch, heads": "one configuration; Q, K, V are (batch, heads, n, d)",
+    "status": "ok, or why there is no time: skipped (by design or time budget), unsupported "
+              "(backend refuses this input), unavailable (import failed), oom, error",
+    "reason": "the exception or skip reason, first line",
+    "flops": "standard count: 4*batch*heads*n^2*d, x0.5 causal, x3.5 fwd_bwd",
+    "min_bytes": "bytes no kernel can avoid: Q, K, V read and O written once; x3 fwd_bwd",
+    "ms, ms_q20, ms_q80, reps, timer": "median, 20th and 80th percentile of reps timed calls",
+    "tflops": "flops / ms",
+    "first_call_s": "wall time of the first call (compilation, autotuning), not in ms",
+    "max_error": "max |x - ref| / max |ref| per output against float64 on the first and last "
+                 "(batch, head); correct = every error <= tolerance",
+    "peak_bytes, peak_bytes_per_token": "max_memory_allocated over one call minus what was "
+                                        "allocated before it; per token = / (batch * n)",
+    "t_compute_ms, t_memory_ms, bound, roof_fraction": "flops / measured matmul FLOP/s, "
+        "min_bytes / measured copy bandwidth, which is larger, and max(both) / ms",
+}
 
 
 # ------------------------------------------------------------------------------ settings
@@ -720,6 +741,7 @@ def run(s: Settings, *, log: Callable[[str], None] | None = print,
                             "cuda": torch.version.cuda,
                             "cudnn": torch.backends.cudnn.version() if gpu else None,
                             "argv": sys.argv[1:]},
+            "fields": FIELDS,
             "providers": {name: PROVIDERS[name].description
                           + (f" [this run: --flex-compile {s.flex_compile}]" if name == "flex"
                              else "") for name in s.providers},
