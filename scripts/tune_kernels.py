@@ -1,0 +1,150 @@
+"""Search launch configurations of the attention kernels on a GPU and print the winners.
+
+    python scripts/tune_kernels.py [--d 64 128] [--dtype fp16 bf16] [--n 4096] [--out NAME]
+
+For each (dtype, head_dim, causal) it times every candidate configuration of the forward kernel
+and of the two main backward kernels (dK/dV and dQ) at the benchmark's setting (batch * N = 16k
+tokens, heads * d = 2048), and writes all timings to ``flashtext/data/<out>.json``. The table in
+``flashtext/kernels/_config.py`` is then written from these winners by hand, so tests and
+notebooks never pay for autotuning. Compilation is done first, in parallel worker processes that
+fill Triton's on-disk cache; timing then runs in one process, one kernel at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
+
+
+def candidates(kernel: str, d: int) -> list[tuple[int, int, int, int]]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) worth trying for ``kernel``."""
+    if kernel == "fwd":
+        blocks = [(64, 64), (128, 64), (128, 128), (64, 128)]
+    elif kernel == "bwd_dkdv":  # BLOCK_N keys per program, loop over BLOCK_M query rows
+        blocks = [(32, 128), (64, 128), (64, 64), (32, 64)]
+    else:  # bwd_dq: BLOCK_M query rows per program, loop over BLOCK_N keys
+        blocks = [(128, 32), (128, 64), (64, 64), (64, 32)]
+    out = []
+    for (bm, bn), warps, stages in itertools.product(blocks, (4, 8), (2, 3, 4)):
+        if bm * bn < 64 * 128 and warps == 8:
+            continue  # small tiles cannot feed 8 warps
+        if d >= 128 and stages == 4 and bm * bn >= 128 * 128:
+            continue  # does not fit in shared memory
+        out.append((bm, bn, warps, stages))
+    return out
+
+
+def _inputs(dtype: str, d: int, n: int, causal: bool, seed: int = 0):
+    import torch
+
+    batch, heads = max(1, 16384 // n), 2048 // d
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (batch, heads, n, d)
+    q, k, v, do = (torch.randn(shape, device="cuda", dtype=getattr(torch, dtype), generator=g)
+                   for _ in range(4))
+    return q, k, v, do
+
+
+def _run(kernel: str, cfg, dtype: str, d: int, n: int, causal: bool, timed: bool):
+    import torch
+    import triton
+
+    from flashtext.kernels import backward as bwd
+    from flashtext.kernels import forward as fwd
+    from flashtext.kernels._config import KernelConfig
+
+    # a configuration that does not fit must fail here, not quietly run a smaller one
+    KernelConfig.smaller = lambda self: None
+    q, k, v, do = _inputs(dtype, d, n, causal)
+    scale = d ** -0.5
+    config = KernelConfig(*cfg)
+    if kernel == "fwd":
+        def call():
+            return fwd.forward(q, k, v, causal, scale, config=config)
+    else:
+        o, lse = fwd.forward(q, k, v, causal, scale)
+        configs = {kernel: config}
+
+        def call():
+            return bwd.backward(do, q, k, v, o, lse, causal, scale, configs=configs)
+    call()
+    torch.cuda.synchronize()
+    if not timed:
+        return None
+    return triton.testing.do_bench(call, warmup=25, rep=100)
+
+
+def _compile_one(args):
+    try:
+        _run(*args, timed=False)
+        return None
+    except Exception as exc:  # a configuration that does not compile is simply not a candidate
+        return f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--dtype", nargs="+", default=["fp16"])
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--kernels", nargs="+", default=["fwd", "bwd_dkdv", "bwd_dq"])
+    parser.add_argument("--causal", choices=["both", "true", "false"], default="both")
+    parser.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
+    parser.add_argument("--out", default="tune_h200")
+    args = parser.parse_args()
+
+    import torch
+
+    from flashtext import cost, recorded
+
+    causals = {"both": [False, True], "true": [True], "false": [False]}[args.causal]
+    jobs = [(kern, cfg, DTYPES[dt], d, args.n, causal)
+            for dt in args.dtype for d in args.d for causal in causals
+            for kern in args.kernels for cfg in candidates(kern, d)]
+    t0 = time.time()
+    # compile in parallel (fills the on-disk cache; one CUDA context per worker process)
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(args.workers, mp_context=mp.get_context("spawn")) as pool:
+        errors = dict(zip(range(len(jobs)), pool.map(_compile_one, jobs), strict=True))
+    print(f"compiled {len(jobs)} configurations in {time.time() - t0:.0f} s", flush=True)
+
+    rows = []
+    for idx, job in enumerate(jobs):
+        kern, cfg, dtype, d, n, causal = job
+        if errors[idx]:
+            rows.append({"kernel": kern, "config": cfg, "dtype": dtype, "d": d, "n": n,
+                         "causal": causal, "ms": None, "error": errors[idx]})
+            continue
+        ms = _run(*job, timed=True)
+        batch, heads = max(1, 16384 // n), 2048 // d
+        mode = "fwd" if kern == "fwd" else "bwd"
+        tflops = cost.attention_flops(batch, heads, n, d, causal=causal, mode=mode) / ms / 1e9
+        rows.append({"kernel": kern, "config": cfg, "dtype": dtype, "d": d, "n": n,
+                     "causal": causal, "ms": ms, "tflops_of_whole_pass": tflops})
+        torch.cuda.empty_cache()
+    best = {}
+    for r in rows:
+        if r["ms"] is None:
+            continue
+        key = f"{r['kernel']} {r['dtype']} d={r['d']} causal={r['causal']}"
+        if key not in best or r["ms"] < best[key]["ms"]:
+            best[key] = r
+    for key, r in sorted(best.items()):
+        print(f"{key:40s} best {r['config']}  {r['ms']:.3f} ms", flush=True)
+    recorded.save(args.out, {"n": args.n, "rows": rows, "best": best,
+                             "seconds": round(time.time() - t0, 1)})
+    print(f"total {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
