@@ -8,7 +8,14 @@ import numpy as np
 import torch
 
 from flashtext import reference as ref
-from flashtext.exercises.ch09 import SENTINEL, _device, _launch, _require_kernel, _yours_vs_expected
+from flashtext.exercises.ch09 import (
+    SENTINEL,
+    _device,
+    _launch,
+    _require_kernel,
+    _yours_vs_expected,
+    tf32_tolerance,
+)
 from flashtext.exercises.core import ExerciseFailed, describe, exercise, expect
 from flashtext.kernels.plan import key_program
 from flashtext.reference import causal_mask
@@ -120,8 +127,8 @@ def check_dq_kernel(kernel) -> None:
                 q.stride(0), k.stride(0), dq.stride(0), n_q, n_k, HEAD_DIM=d, BLOCK_M=bm,
                 BLOCK_N=bn, CAUSAL=causal)
         want = dq_spec(q, k, v, do, causal, sm_scale)
-        _yours_vs_expected(dq.cpu().numpy().astype(np.float64), want, case, "dQ", rtol=1e-4,
-                           atol=2e-5)
+        _yours_vs_expected(dq.cpu().numpy().astype(np.float64), want, case, "dQ",
+                           rtol=tf32_tolerance(1e-4), atol=tf32_tolerance(2e-5))
         if not bool((dq_buf[:, n_q:] == SENTINEL).all()):
             raise ExerciseFailed(f"{case}: your kernel wrote dQ rows past N_Q={n_q}: mask the "
                                  "store with offs_m < N_Q.")
