@@ -94,6 +94,7 @@ class Lab:
     root: Path
     log: Path
     proc: subprocess.Popen
+    progress: Path  # FLASHTEXT_PROGRESS_FILE of the kernels: exercise checks record here
 
     def url(self, path: str) -> str:
         sep = "&" if "?" in path else "?"
@@ -199,7 +200,7 @@ def lab() -> Iterator[Lab]:
     with open(log, "w") as logf:
         proc = subprocess.Popen(cmd, env=env, cwd=tmp, stdout=logf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    server = Lab(f"http://127.0.0.1:{port}", token, root, log, proc)
+    server = Lab(f"http://127.0.0.1:{port}", token, root, log, proc, tmp / "progress.json")
     try:
         deadline = time.monotonic() + SERVER_START_S
         while True:
@@ -460,6 +461,11 @@ def test_chapter_in_jupyterlab(nb_path: Path, lab: Lab, browser: object) -> None
         _summary(f"{name}: ran in {ran_s:.1f} s, {n_widgets} widget output(s) rendered, "
                  f"{len(problems)} problem(s)")
         assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+        if any("check(" in c["source"] for c in state["cells"] if c["type"] == "code"):
+            # the kernel got our environment: its exercise checks went to the temporary file
+            assert lab.progress.exists(), (
+                f"{name} ran exercise checks but {lab.progress} was not written: did "
+                "FLASHTEXT_PROGRESS_FILE reach the kernel (and .progress.json get written)?")
         _interact_all(page, name, stem)
         assert not page.remote_requests, (
             f"{name}: the browser asked for hosts other than 127.0.0.1: {page.remote_requests}")
