@@ -157,6 +157,12 @@ def test_refuses_too_many_heads_for_the_gpu_grid(monkeypatch):
     _raises(r"^batch \* heads \(dims 0 and 1 of q\) must be at most 65535 on a GPU", q, q, q)
 
 
+def test_refuses_int32_overflow_within_a_head():
+    big = torch.empty(1, 1, 1, 16, device="meta").as_strided((1, 1, 2**16 + 1, 16),
+                                                             (0, 0, 2**15, 1))
+    _raises(r"^q spans 2147483664 elements within one \(batch, head\) slice", big, big, big)
+
+
 @pytest.mark.skipif(ON_GPU, reason="on a GPU bf16 is supported")
 def test_refuses_bf16_under_the_interpreter():
     q, k, v = _qkv(dtype=torch.bfloat16)

@@ -81,12 +81,14 @@ def launch(kernel_fn, grid_fn, config: KernelConfig, *args, **constexprs) -> Ker
     """
     from triton.runtime.errors import OutOfResources
 
-    current: KernelConfig | None = config
+    key = (kernel_fn, config, tuple(sorted(constexprs.items())))
+    current: KernelConfig | None = _FITS.get(key, config)
     while current is not None:
         try:
             kernel_fn[grid_fn(current)](
                 *args, **constexprs, BLOCK_M=current.BLOCK_M, BLOCK_N=current.BLOCK_N,
                 num_warps=current.num_warps, num_stages=current.num_stages)
+            _FITS[key] = current
             return current
         except OutOfResources:
             nxt = current.smaller()
@@ -94,3 +96,8 @@ def launch(kernel_fn, grid_fn, config: KernelConfig, *args, **constexprs) -> Ker
                 raise
             current = nxt
     raise AssertionError("unreachable")
+
+
+# (kernel, requested config, constexprs) -> the configuration that fitted, so that a step-down
+# happens once per process, not at every call
+_FITS: dict = {}

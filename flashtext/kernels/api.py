@@ -13,7 +13,8 @@ What it accepts (anything else raises ``ValueError`` naming the argument and wha
 * All three on one device: CUDA when Triton compiles for a GPU, CPU under the interpreter.
 * Any strides (a transposed (batch, seq, heads, dim) view, a slice, an expanded tensor): the
   kernels address every element through its strides, so nothing is copied. O and the gradients
-  come back contiguous.
+  come back contiguous. Offsets between batch and head slices are 64-bit; within one slice they
+  are 32-bit, so one (batch, head) slice must span fewer than 2**31 elements.
 * ``causal=True`` masks key j for query i unless j <= i + N_k - N_q (aligned bottom-right, as
   FlashAttention 2.1+ and ``flashtext.reference.causal_mask``). A query that sees no key at all
   (i < N_q - N_k) gets O = 0, lse = -inf and zero gradients.
@@ -74,6 +75,12 @@ def _validate(q, k, v, causal, sm_scale) -> float:
     if not 1 <= dq <= MAX_HEAD_DIM:
         raise ValueError(f"head_dim (dim 3 of q) must be between 1 and {MAX_HEAD_DIM}, "
                          f"got {dq}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        reach = (t.shape[2] - 1) * abs(t.stride(2)) + (t.shape[3] - 1) * abs(t.stride(3))
+        if t.numel() and reach >= 2**31:
+            raise ValueError(f"{name} spans {reach + 1} elements within one (batch, head) "
+                             "slice; the kernels' in-head offsets are int32: expected fewer "
+                             "than 2**31 (make the tensor contiguous or split it)")
     if not _boot.INTERPRETING and zq * hq > MAX_GRID_Y:
         raise ValueError(f"batch * heads (dims 0 and 1 of q) must be at most {MAX_GRID_Y} on a "
                          f"GPU (the kernels' second grid axis), got {zq} * {hq} = {zq * hq}")

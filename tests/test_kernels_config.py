@@ -1,0 +1,76 @@
+"""The launch configuration: one config under the interpreter, a table on a GPU, and a
+step-down when the compiler says a configuration does not fit."""
+
+from __future__ import annotations
+
+import pytest
+from triton.runtime.errors import OutOfResources
+
+from flashtext.kernels import _config as cfg
+from flashtext.kernels._config import KernelConfig, _config, block_d, launch
+
+
+@pytest.mark.parametrize("d,want", [(1, 16), (16, 16), (17, 32), (40, 64), (64, 64), (80, 128),
+                                    (128, 128), (200, 256), (256, 256)])
+def test_block_d(d, want):
+    assert block_d(d) == want
+
+
+def test_smaller_steps_down_to_the_minimum():
+    c, seen = KernelConfig(64, 64, 8, 3), []
+    while c is not None:
+        seen.append(c)
+        c = c.smaller()
+    assert seen[1] == KernelConfig(64, 64, 8, 2) and seen[-1] == KernelConfig(16, 16, 8, 1)
+    assert all(s.BLOCK_M >= 16 and s.BLOCK_N >= 16 for s in seen)
+
+
+def test_one_config_under_the_interpreter(monkeypatch):
+    monkeypatch.setattr(cfg._boot, "INTERPRETING", True)
+    configs = {_config(k, d, b, c, 100, 100) for k in ("fwd", "bwd_dkdv", "bwd_dq", "bwd_pre")
+               for d in (16, 64, 256) for b in (2, 4) for c in (False, True)}
+    assert configs == {KernelConfig(32, 32, num_warps=1, num_stages=1)}
+
+
+def test_gpu_table(monkeypatch):
+    monkeypatch.setattr(cfg._boot, "INTERPRETING", False)
+    for kernel in ("fwd", "bwd_dkdv", "bwd_dq", "bwd_pre"):
+        for d in (16, 40, 64, 128, 256):
+            for size in (2, 4):
+                c = _config(kernel, d, size, True, 4096, 4096)
+                assert c.BLOCK_M >= 16 and c.BLOCK_N >= 16 and c.num_warps in (4, 8)
+    assert _config("fwd", 64, 2, False, 1, 1) == KernelConfig(128, 64, 8, 2)
+
+
+class FakeKernel:
+    """Raises OutOfResources for tiles with BLOCK_N > 16, like a compiler out of shared memory."""
+
+    def __init__(self):
+        self.launched = []
+
+    def __getitem__(self, grid):
+        def run(*args, BLOCK_M, BLOCK_N, num_warps, num_stages, **constexprs):
+            if BLOCK_N > 16:
+                raise OutOfResources(300_000, 232_448, "shared memory")
+            self.launched.append((grid, BLOCK_M, BLOCK_N, num_stages))
+        return run
+
+
+def test_launch_steps_down_and_remembers():
+    k = FakeKernel()
+    got = launch(k, lambda c: (c.BLOCK_M,), KernelConfig(64, 64, 4, 2), 1, 2, X=3)
+    assert got == KernelConfig(64, 16, 4, 2) and k.launched == [((64,), 64, 16, 2)]
+    # the second call goes straight to the configuration that fitted
+    assert launch(k, lambda c: (c.BLOCK_M,), KernelConfig(64, 64, 4, 2), 1, 2, X=3) == got
+    assert len(k.launched) == 2
+
+
+def test_launch_gives_up_when_nothing_fits():
+    class NeverFits(FakeKernel):
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                raise OutOfResources(1, 0, "shared memory")
+            return run
+
+    with pytest.raises(OutOfResources):
+        launch(NeverFits(), lambda c: (1,), KernelConfig(16, 16, 4, 1))
