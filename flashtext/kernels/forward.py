@@ -176,9 +176,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     n_k = k.shape[2]
     o = torch.empty((z, h, n_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((z, h, n_q), dtype=torch.float32, device=q.device)
-    if o.numel() == 0:
-        lse.fill_(float("-inf"))
-        return o, lse
+    if o.numel() == 0 or n_k == 0:  # nothing to compute, or no key to see (and no K to pass:
+        lse.fill_(float("-inf"))      # an empty CUDA tensor has a null pointer)
+        return o.zero_(), lse
     if config is None:
         config = _config("fwd", d, q.element_size(), causal, n_q, n_k)
 
