@@ -75,7 +75,6 @@ CHROMIUM_ARGS = [
 ]
 STATIC_MARKER = "(static figure: open this chapter in JupyterLab"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-FALLBACKS = ("Loading widget...", "Error displaying widget")
 
 
 def _chapters() -> list[Path]:
