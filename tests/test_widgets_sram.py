@@ -47,7 +47,14 @@ def test_budget_figure_and_widget():
     gpu.value = next(k for k in gpu_presets() if k.startswith("H100"))
     assert b.m_elements == 228 * 1024 // 2
     n.value = 32
-    assert step.max == b.state()["iterations"] - 1
+    assert step.max == b.state()["iterations"]
+    n.value = 1024
+    assert step.max == b.state()["iterations"] > 3
+    step.value = 3  # the slider counts from 1, like the figure's title
+    assert b.step == 2
+    fig = b.figure()
+    assert fig.axes[0].get_title().startswith("iteration 3 of")
+    plt.close(fig)
     assert "ft-sram-budget" in box._dom_classes
 
 

@@ -185,15 +185,17 @@ class SRAMBudget:
         m, gpu, d = _memory_controls(self.m_elements, self.d, "ft-sram")
         n = w.IntSlider(value=self.n, min=16, max=4096, step=16, description="N",
                         continuous_update=False)
-        step = w.IntSlider(value=self.step, min=0, max=self.state()["iterations"] - 1,
+        # the slider counts iterations from 1, as the figure's title does
+        step = w.IntSlider(value=self.step + 1, min=1, max=self.state()["iterations"],
                            description="iteration", continuous_update=False)
         n.add_class("ft-sram-n")
         step.add_class("ft-sram-step")
 
         def redraw(_=None):
-            self.m_elements, self.d, self.n, self.step = m.value, d.value, n.value, step.value
+            self.m_elements, self.d, self.n = m.value, d.value, n.value
+            step.max = self.state()["iterations"]
+            self.step = step.value - 1
             self.validate()
-            step.max = self.state()["iterations"] - 1
             redraw_into(out, self)
 
         for control in (m, d, n, step):
