@@ -9,3 +9,13 @@ from flashtext.device import environment, on_gpu, report, torch_device
 
 __all__ = ["environment", "on_gpu", "report", "torch_device"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``flashtext.flash_attention`` and ``flashtext.attention_forward``, imported on first use
+    (importing them loads triton, which a chapter that never runs a kernel does not need)."""
+    if name in ("flash_attention", "attention_forward"):
+        from flashtext import kernels
+
+        return getattr(kernels, name)
+    raise AttributeError(f"module 'flashtext' has no attribute {name!r}")

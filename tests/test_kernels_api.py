@@ -226,3 +226,13 @@ def test_gpu_refuses_cpu_tensors_and_accepts_bf16():
     o.float().sum().backward()
     assert o.dtype == q.grad.dtype == torch.bfloat16
     _raises(r"^q, k and v must be on one device", q, k.detach().cpu(), v)
+
+
+def test_public_name_at_the_top_of_the_package():
+    import flashtext
+    from flashtext.kernels import api
+
+    assert flashtext.flash_attention is api.flash_attention
+    assert flashtext.attention_forward is api.attention_forward
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        flashtext.no_such_thing  # noqa: B018

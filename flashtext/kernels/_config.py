@@ -51,19 +51,22 @@ def _config(kernel: str, head_dim: int, dtype_bytes: int, causal: bool, n_q: int
     """Pick BLOCK_M, BLOCK_N, num_warps, num_stages for ``kernel`` in {"fwd", "bwd_dkdv",
     "bwd_dq", "bwd_pre"}.
 
-    The GPU table is deliberately plain and conservative (it must fit every head dimension up to
-    256 in fp32 on one SM's shared memory); the launcher also steps down through
+    fp16/bf16 with head_dim <= 128 use :data:`TUNED`, the winners of ``scripts/tune_kernels.py``
+    on an H200 (``flashtext/data/tune_h200.json``; ``tests/test_kernels_config.py`` checks the
+    table against it). Everything else (fp32, head_dim > 128) keeps a plain, conservative table
+    that fits one SM's shared memory; the launcher also steps down through
     :meth:`KernelConfig.smaller` if the compiler reports that a configuration does not fit.
-    Tuning for speed belongs here.
     """
-    del causal, n_q, n_k  # a tuned table would key on them; this one does not (yet)
+    del causal, n_q, n_k  # the measured winners did not depend on them enough to key on
     if _boot.INTERPRETING:
         return KernelConfig(BLOCK_M=32, BLOCK_N=32, num_warps=1, num_stages=1)
     d = block_d(head_dim)
     if kernel == "bwd_pre":
         return KernelConfig(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1)
+    if dtype_bytes == 2 and d <= 128:
+        return TUNED[(kernel, 64 if d <= 64 else 128)]
     big = d * dtype_bytes  # bytes of one row of a tile
-    if big <= 128:  # d <= 64 in fp16/bf16, d <= 32 in fp32
+    if big <= 128:  # d <= 32 in fp32
         blocks = (64, 64) if kernel != "fwd" else (128, 64)
     elif big <= 256:
         blocks = (64, 64) if kernel == "fwd" else (64, 32)
@@ -71,6 +74,19 @@ def _config(kernel: str, head_dim: int, dtype_bytes: int, causal: bool, n_q: int
         blocks = (64, 32) if kernel == "fwd" else (32, 32)
     warps = 8 if blocks[0] * d >= 128 * 64 else 4
     return KernelConfig(BLOCK_M=blocks[0], BLOCK_N=blocks[1], num_warps=warps, num_stages=2)
+
+
+# (kernel, head_dim rounded up to 64 or 128) -> the fastest configuration measured on an H200,
+# fp16, batch * N = 16k tokens, heads * d = 2048, N = 4096 (scripts/tune_kernels.py). For the
+# dK/dV kernel BLOCK_N is the key block a program owns and BLOCK_M the query rows it loops over.
+TUNED: dict[tuple[str, int], KernelConfig] = {
+    ("fwd", 64): KernelConfig(128, 64, num_warps=8, num_stages=3),
+    ("fwd", 128): KernelConfig(128, 128, num_warps=8, num_stages=3),
+    ("bwd_dkdv", 64): KernelConfig(32, 128, num_warps=4, num_stages=3),
+    ("bwd_dkdv", 128): KernelConfig(64, 64, num_warps=4, num_stages=2),
+    ("bwd_dq", 64): KernelConfig(128, 64, num_warps=4, num_stages=3),
+    ("bwd_dq", 128): KernelConfig(128, 64, num_warps=8, num_stages=3),
+}
 
 
 def launch(kernel_fn, grid_fn, config: KernelConfig, *args, **constexprs) -> KernelConfig:
