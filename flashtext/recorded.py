@@ -45,8 +45,13 @@ def show_banner(data: dict[str, Any], live: bool = False) -> None:
     """Print the banner that says where numbers come from."""
     if live:
         return
-    banner(provenance(data) + "\nThis machine has no CUDA GPU: these are stored numbers, "
-           "not a live measurement.")
+    from flashtext.device import on_gpu
+
+    if on_gpu():
+        note = "These are the stored numbers of that run, not a measurement of this GPU."
+    else:
+        note = "This machine has no CUDA GPU: these are stored numbers, not a live measurement."
+    banner(provenance(data) + "\n" + note)
 
 
 def save(name: str, payload: dict[str, Any]) -> Path:
