@@ -10,7 +10,9 @@ attempted. Outputs live inside larger buffers filled with a sentinel, so a store
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import os
 
 import numpy as np
 import torch
@@ -30,6 +32,31 @@ def tf32_tolerance(cpu: float) -> float:
     """A tolerance for checks of fp32 ``tl.dot``: on a GPU, Triton rounds fp32 dot inputs to
     TF32 (10-bit mantissa) unless asked for "ieee", so a correct kernel is only ~1e-3 exact."""
     return max(cpu, 5e-3) if flashtext.on_gpu() else cpu
+
+
+@contextlib.contextmanager
+def exact_fp32_dots(kernel):
+    """Compile ``kernel`` with exact fp32 ``tl.dot`` (``TRITON_F32_DEFAULT=ieee``) while checking.
+
+    On a GPU, Triton rounds fp32 dot inputs to TF32 by default: a score near 1000 then moves by
+    ~0.5, which no tolerance can tell from a wrong answer. The environment variable is part of
+    Triton's compilation cache key; the in-memory cache of this one kernel is cleared so that it
+    is compiled again, under the variable and after it. The interpreter ignores it (NumPy fp32).
+    """
+    old = os.environ.get("TRITON_F32_DEFAULT")
+    os.environ["TRITON_F32_DEFAULT"] = "ieee"
+    caches = getattr(kernel, "device_caches", None)
+    if caches is not None:
+        caches.clear()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TRITON_F32_DEFAULT", None)
+        else:
+            os.environ["TRITON_F32_DEFAULT"] = old
+        if caches is not None:
+            caches.clear()
 
 
 def _require_kernel(kernel) -> None:

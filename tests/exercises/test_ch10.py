@@ -154,3 +154,21 @@ def test_attention_kernel():
         "padded keys not hidden": padded_keys_count,
         "lse in log2 units": lse_in_log2,
     }, message_must_mention={"lse in log2 units": "lse (natural log)"})
+
+
+def test_the_kernel_checker_compiles_exact_fp32_dots(monkeypatch):
+    """TF32 would move a score near 1000 by ~0.5: the checker asks Triton for ieee dots, and
+    recompiles the reader's kernel under that setting, then leaves the environment as it was."""
+    import os
+
+    from flashtext.exercises.ch09 import exact_fp32_dots
+
+    class FakeJit:
+        device_caches = {"cuda:0": "compiled with tf32"}
+
+    monkeypatch.delenv("TRITON_F32_DEFAULT", raising=False)
+    kernel = FakeJit()
+    with exact_fp32_dots(kernel):
+        assert os.environ["TRITON_F32_DEFAULT"] == "ieee"
+        assert kernel.device_caches == {}
+    assert "TRITON_F32_DEFAULT" not in os.environ
