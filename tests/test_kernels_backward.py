@@ -41,13 +41,22 @@ def _grads(q, k, v, do, causal, configs=None, sm_scale=None):
 
 
 def _check_grads(q, k, v, do, causal, configs=None, atol=3e-6, sm_scale=None):
+    """Gradients against float64, within ``atol`` (relative to the largest gradient). Compiled
+    on a GPU with the default launch table, the bound is the accuracy module's instead, which
+    also allows for the GPU's approximate exp2 (accuracy.EXP2_APPROX_ULPS); explicit tile
+    configurations keep the fixed tolerance (they passed it on the H200)."""
     got = _grads(q, k, v, do, causal, configs, sm_scale)
     want = reference.attention_backward(q, k, v, do, causal=causal, scale=sm_scale)
+    judge_by_bound = ON_GPU and configs is None
     for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
         assert g.shape == w.shape and g.dtype == q.dtype, name
         assert torch.isfinite(g).all(), name
-        np.testing.assert_allclose(_np(g), w, rtol=0, atol=atol * max(1.0, np.abs(w).max()),
-                                   err_msg=name)
+        if not judge_by_bound:
+            np.testing.assert_allclose(_np(g), w, rtol=0,
+                                       atol=atol * max(1.0, np.abs(w).max()), err_msg=name)
+    if judge_by_bound:
+        errors = compare(q, k, v, do, causal=causal, sm_scale=sm_scale)
+        assert not errors.failures(), errors.failures()
     return got
 
 
@@ -180,3 +189,16 @@ def test_gpu_long_sequence(dtype, d):
     case = Case(1, 4, 2048, 3000, d, True, str(dtype).removeprefix("torch."), seed=d)
     errors = measure(case, DEVICE, grads=True)
     assert not errors.failures(), (case.label(), errors.failures())
+
+
+def test_bound_allows_the_gpu_approximate_exp2_and_only_there():
+    """With N_k = 1 PyTorch's P is exactly 1; a compiled kernel's exp2(0) is approximate."""
+    from flashtext.kernels.accuracy import EXP2_APPROX_ULPS, Errors
+
+    zero = {n: 0.0 for n in ("o", "lse", "dq", "dk", "dv")}
+    scale = {**{n: 1.0 for n in zero}, "lse": 0.0}
+    cpu = Errors("x", torch.float32, zero, zero, scale, approx_exp=False)
+    gpu = Errors("x", torch.float32, zero, zero, scale, approx_exp=True)
+    assert gpu.bound("dv") - cpu.bound("dv") == pytest.approx(4 * EXP2_APPROX_ULPS * 2.0**-24)
+    assert gpu.bound("o") - cpu.bound("o") == pytest.approx(2 * EXP2_APPROX_ULPS * 2.0**-24)
+    assert gpu.bound("lse") == cpu.bound("lse")
