@@ -10,28 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-import flashtext
 from flashtext import reference
 from flashtext.kernels._config import KernelConfig
-from flashtext.kernels.accuracy import Case, compare, measure, sweep_cases
+from flashtext.kernels.accuracy import Case, compare, measure
 from flashtext.kernels.backward import backward, preprocess
 from flashtext.kernels.forward import forward
-
-DEVICE = flashtext.torch_device()
-ON_GPU = flashtext.on_gpu()
-gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (bf16 and the larger sweep)")
-
-CPU_SWEEP = sweep_cases("cpu", ("float32", "float16"))
-GPU_SWEEP = sweep_cases("gpu", ("float32", "float16", "bfloat16"))
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().to("cpu", torch.float64).numpy()
-
-
-def _rand(*shape, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g).to(device=DEVICE, dtype=dtype)
+from tests.kernel_helpers import CPU_SWEEP, DEVICE, GPU_SWEEP, ON_GPU, _np, _rand, gpu
 
 
 def _grads(q, k, v, do, causal, configs=None, sm_scale=None):

@@ -10,27 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-import flashtext
 from flashtext import reference
 from flashtext.kernels._config import KernelConfig
-from flashtext.kernels.accuracy import Case, compare, make_inputs, measure, sweep_cases
+from flashtext.kernels.accuracy import Case, compare, make_inputs, measure
 from flashtext.kernels.forward import forward
-
-DEVICE = flashtext.torch_device()
-ON_GPU = flashtext.on_gpu()
-gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (bf16 and the larger sweep)")
-
-CPU_SWEEP = sweep_cases("cpu", ("float32", "float16"))
-GPU_SWEEP = sweep_cases("gpu", ("float32", "float16", "bfloat16"))
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().to("cpu", torch.float64).numpy()
-
-
-def _rand(*shape, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g).to(device=DEVICE, dtype=dtype)
+from tests.kernel_helpers import CPU_SWEEP, DEVICE, GPU_SWEEP, _np, _rand, gpu
 
 
 def _check_forward(q, k, v, causal, sm_scale=None, config=None, atol=2e-6):
