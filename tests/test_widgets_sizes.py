@@ -16,9 +16,13 @@ def test_caption_says_when_scores_outgrow_the_gpu():
     assert "does NOT fit in" in TensorSizes(n=65536, heads=32).caption()
 
 
-def test_widget_controls_drive_the_state():
+def test_widget_controls_drive_the_state_and_redraw(monkeypatch):
     t = TensorSizes()
+    drawn = []
+    real_figure = t.figure
+    monkeypatch.setattr(t, "figure", lambda: drawn.append(t.n) or real_figure())
     box = t.widget()
     n_slider = box.children[0].children[0]
     n_slider.value = 8192
     assert t.n == 8192 and "N=8192" in t.caption()
+    assert drawn[-1] == 8192  # the figure was redrawn for the new N
