@@ -24,3 +24,17 @@ def _np(t: torch.Tensor) -> np.ndarray:
 def _rand(*shape, dtype=torch.float32, seed=0, device=DEVICE):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+
+
+def _poisoned(t: torch.Tensor, extra_rows: int = 48, extra_cols: int = 32) -> torch.Tensor:
+    """A view of ``t`` inside a larger buffer whose extra rows and columns hold NaN: a kernel
+    that reads past the end of a row or of the sequence turns the result into NaN. Padding by
+    multiples of 16 keeps every stride's divisibility by 16, so a compiled kernel specializes
+    exactly as for ``t`` itself and only the memory around it differs: any bit of difference
+    is then a read out of bounds (other padding compiles another variant, equal only up to
+    rounding)."""
+    z, h, n, d = t.shape
+    big = torch.full((z, h, n + extra_rows, d + extra_cols), float("nan"), dtype=t.dtype,
+                     device=t.device)
+    big[:, :, :n, :d] = t
+    return big[:, :, :n, :d]

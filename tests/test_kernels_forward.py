@@ -14,7 +14,7 @@ from flashtext import reference
 from flashtext.kernels._config import KernelConfig
 from flashtext.kernels.accuracy import Case, compare, make_inputs, measure
 from flashtext.kernels.forward import forward
-from tests.kernel_helpers import CPU_SWEEP, DEVICE, GPU_SWEEP, _np, _rand, gpu
+from tests.kernel_helpers import CPU_SWEEP, DEVICE, GPU_SWEEP, _np, _poisoned, _rand, gpu
 
 
 def _check_forward(q, k, v, causal, sm_scale=None, config=None, atol=2e-6):
@@ -102,21 +102,12 @@ def test_head_dims(d):
     _check_forward(q, k, v, causal=bool(d % 3))
 
 
-def _poisoned(t: torch.Tensor, extra_rows: int, extra_cols: int) -> torch.Tensor:
-    """A view of ``t`` inside a larger buffer whose extra rows and columns hold NaN: a kernel
-    that reads past the end of a row or of the sequence turns the result into NaN."""
-    z, h, n, d = t.shape
-    big = torch.full((z, h, n + extra_rows, d + extra_cols), float("nan"), dtype=t.dtype,
-                     device=t.device)
-    big[:, :, :n, :d] = t
-    return big[:, :, :n, :d]
-
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n_q,n_k,d", [(17, 100, 40), (100, 17, 24), (129, 129, 16), (1, 1, 8)])
 def test_no_out_of_bounds_reads(n_q, n_k, d, causal):
     q, k, v = _rand(2, 2, n_q, d, seed=0), _rand(2, 2, n_k, d, seed=1), _rand(2, 2, n_k, d, seed=2)
-    qp, kp, vp = (_poisoned(t, 40, 24) for t in (q, k, v))
+    qp, kp, vp = (_poisoned(t) for t in (q, k, v))
     o, lse = _check_forward(qp, kp, vp, causal)
     o_plain, lse_plain = forward(q, k, v, causal, 1 / math.sqrt(d))
     assert torch.equal(o, o_plain) and torch.equal(lse, lse_plain)
