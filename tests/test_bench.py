@@ -290,6 +290,14 @@ def test_targets_met_missed_and_gaps():
     flex = verdict["fwd, d=128, N>=2k: ahead of FlexAttention"]
     assert flex["status"] == "missed"  # a tie is not "ahead"
     assert verdict["fwd+bwd: >= 1.0x FlexAttention"]["status"] == "no data"
+    # bf16 measured for ours and cuDNN at N=2k, fp16 only for ours: met where there is a number
+    gap = report.Results(res.meta, res.rows + [
+        {**r, "dtype": "bfloat16"} for r in res.rows if r["provider"] in ("ours", "cudnn")
+        and r["n"] == 2048] + [{**r, "dtype": "bfloat16", "n": 4096} for r in res.rows
+                               if r["provider"] == "ours" and r["n"] == 2048])
+    g = {t["target"]: t for t in report.evaluate_targets(gap)}[
+        "fwd, d=128, N>=2k: >= 1.0x SDPA cuDNN"]
+    assert (g["status"], g["met"], g["missing"]) == ("met where measured", 2, 2)  # 4k: both
     wrong = _results({("ours", *key, 2048): 900.0, ("cudnn", *key, 2048): 500.0},
                      correct=False)
     w = {t["target"]: t for t in report.evaluate_targets(wrong)}
