@@ -45,9 +45,10 @@ SCORE_ROUNDING = 2.0
 RECOMPUTE = 4.0
 # On a GPU, tl.math.exp2 and log2 compile to the special-function unit's approximations
 # (ex2.approx / lg2.approx: relative error about 2**-22, four fp32 unit roundoffs) instead of
-# correctly rounded functions, so every entry of P carries that much relative error whatever |lse|
-# is. PyTorch's softmax does not: with N_k = 1 its P is exactly 1. The interpreter uses NumPy's
-# exp2 and pays nothing.
+# correctly rounded functions, so every entry of P may carry that much relative error whatever
+# |lse| is; PyTorch's softmax uses a correctly rounded exp. The interpreter uses NumPy's exp2 and
+# pays nothing. An allowance from the instruction's documented accuracy, not from a failure: in
+# the H200 sweep (accuracy_h200.json) every case stays within 0.37 of its bound without it.
 EXP2_APPROX_ULPS = 4.0
 # FlashAttention-2's backward forms dS = P * (dP - D) with dP_ij = dO_i . v_j (a tl.dot) and
 # D_i = dO_i . O_i (a row sum in the preprocessing kernel): two fp32 sums of size |dP| that cancel
