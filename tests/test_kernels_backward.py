@@ -103,7 +103,6 @@ def test_queries_that_see_no_key_get_zero_gradient():
     assert torch.all(dq[:, :, : n_q - n_k] == 0)
 
 
-
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n_q,n_k,d", [(17, 100, 40), (100, 17, 24), (129, 129, 16)])
 def test_no_out_of_bounds_reads(n_q, n_k, d, causal):

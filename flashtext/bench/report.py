@@ -341,8 +341,7 @@ def summary_text(res: Results) -> str:
 
 def targets_text(res: Results) -> str:
     """One line per issue-7 target: met / met where measured / missed / no data, how many
-    configurations, the
-    worst ratio and where."""
+    configurations, the worst ratio and where."""
     lines = ["Targets (issue 7):"]
     for t in evaluate_targets(res):
         worst = "" if t["worst_ratio"] is None else \
