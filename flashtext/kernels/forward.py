@@ -104,7 +104,12 @@ def _attn_fwd(Q, K, V, O, LSE, sm_scale,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     # grid = (query blocks, batch * heads): program (i, zh) owns rows [start_m, start_m+BLOCK_M)
-    start_m = tl.program_id(0) * BLOCK_M
+    if CAUSAL:
+        # causal blocks further down see more keys: hand out the longest first, so the GPU's
+        # last wave is short blocks, not long ones started late (longest-processing-time first)
+        start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
+    else:
+        start_m = tl.program_id(0) * BLOCK_M
     off_zh = tl.program_id(1)
     off_z = off_zh // H
     off_h = off_zh % H
