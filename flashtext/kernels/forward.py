@@ -62,27 +62,22 @@ def _fwd_inner(acc, l_i, m_i, q, K, V, stride_kn, stride_kd, stride_vn, stride_v
         else:
             k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
             v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
-        # S_ij = Q_i K_j^T; the scores in log2 units are qk * qk_scale, (sm_scale * log2 e) q.k
-        qk = tl.dot(q, k, input_precision=INPUT_PRECISION)
+        # S_ij = Q_i K_j^T, in log2 units: qk * qk_scale = (sm_scale * log2 e) * q.k
+        qk = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale
         if MASKED:
             visible = n_ok[None, :]
             if CAUSAL:
                 visible = visible & (offs_n[None, :] <= offs_m[:, None] + CAUSAL_OFFSET)
-            qk = tl.where(visible, qk * qk_scale, float("-inf"))
-            # Algorithm 1 line 11: the new running max, per row
-            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            qk = tl.where(visible, qk, float("-inf"))
+        # Algorithm 1 line 11: the new running max, per row
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        if MASKED:
             # a row that has seen only hidden keys has m_ij = -inf; subtracting it would give
             # -inf - (-inf) = NaN. Subtract 0 instead: its p and alpha are then exactly 0.
             m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
-            p = tl.math.exp2(qk - m_safe[:, None])  # P~_ij, entries in [0, 1]
         else:
-            # the same two lines with the scale applied late: qk_scale > 0 (forward() sees to
-            # it) and rounding is monotonic, so max(qk) * qk_scale is exactly the max of the
-            # scaled scores. That is one multiply per row instead of one per score, and the
-            # exponent qk * qk_scale - m_ij becomes one fused multiply-add per score.
-            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             m_safe = m_ij
-            p = tl.math.exp2(qk * qk_scale - m_safe[:, None])
+        p = tl.math.exp2(qk - m_safe[:, None])  # P~_ij, entries in [0, 1]
         alpha = tl.math.exp2(m_i - m_safe)  # rescales what was accumulated under the old max
         l_i = l_i * alpha + tl.sum(p, 1)
         # line 12 without the division (FA2: O stays unnormalised until the very end)
@@ -104,12 +99,7 @@ def _attn_fwd(Q, K, V, O, LSE, sm_scale,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     # grid = (query blocks, batch * heads): program (i, zh) owns rows [start_m, start_m+BLOCK_M)
-    if CAUSAL:
-        # causal blocks further down see more keys: hand out the longest first, so the GPU's
-        # last wave is short blocks, not long ones started late (longest-processing-time first)
-        start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
-    else:
-        start_m = tl.program_id(0) * BLOCK_M
+    start_m = tl.program_id(0) * BLOCK_M
     off_zh = tl.program_id(1)
     off_z = off_zh // H
     off_h = off_zh % H
@@ -191,8 +181,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
         return o.zero_(), lse
     if config is None:
         config = _config("fwd", d, q.element_size(), causal, n_q, n_k)
-    if sm_scale < 0:  # the kernel needs qk_scale > 0; (-q) k^T (-s) is the same score, exactly
-        q, sm_scale = -q, -sm_scale
 
     def grid(c: KernelConfig):
         return (triton.cdiv(n_q, c.BLOCK_M), z * h)
