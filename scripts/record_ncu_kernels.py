@@ -1,0 +1,161 @@
+"""Why is a kernel as fast as it is? Nsight Compute's stall reasons for our attention kernels.
+
+    python scripts/record_ncu_kernels.py [--d 64 128] [--n 4096] [--out ncu_kernels_h200]
+    # on a CUDA GPU with ncu -> flashtext/data/<out>.json
+
+One forward + backward of ``flash_attention`` per (d, mask) at the benchmark's setting (batch * N
+= 16k tokens, heads * d = 2048, fp16), after a warm-up call, is profiled under ``ncu
+--profile-from-start off`` (the script runs itself as the driver, each configuration on its own
+CUDA stream so its kernels can be grouped). Per kernel: time, issue-slot use, achieved
+occupancy, registers per thread, and the average number of warps stalled on each reason per
+issued instruction (``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio``: the
+larger, the more that reason keeps the scheduler from issuing). Whatever ``flashtext`` is first
+on the import path is profiled, so a probe tree (``scripts/probe_variants.py``) works too.
+If ncu is missing or cannot read the counters, the JSON says so and nothing is invented.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # record_hbm_traffic: ncu helpers
+sys.path.append(str(ROOT))  # after PYTHONPATH: a probe tree's flashtext wins
+
+import record_hbm_traffic as hbm  # noqa: E402
+
+STALLS = ["long_scoreboard", "short_scoreboard", "wait", "barrier", "math_pipe_throttle",
+          "mio_throttle", "lg_throttle", "not_selected", "selected", "no_instruction",
+          "dispatch_stall", "branch_resolving", "membar", "sleeping", "drain", "tex_throttle",
+          "imc_miss", "misc"]
+METRICS = ["gpu__time_duration.sum", "smsp__issue_active.avg.pct_of_peak_sustained_active",
+           "sm__warps_active.avg.pct_of_peak_sustained_active", "launch__registers_per_thread",
+           *(f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio" for s in STALLS)]
+# Hopper's tensor-core (GMMA) and special-function (XU: ex2) pipes; dropped if ncu lacks them
+OPTIONAL = ["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+            "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"]
+
+
+def configs(ds: list[int], ns: list[int]) -> list[tuple[int, int, bool]]:
+    return [(d, n, causal) for d in ds for n in ns for causal in (False, True)]
+
+
+def driver(ds: list[int], ns: list[int]) -> None:
+    """Runs under ncu: warm each configuration up, then profile exactly one fwd+bwd of it."""
+    import torch
+
+    from flashtext.kernels import flash_attention
+
+    order = []
+    for d, n, causal in configs(ds, ns):
+        g = torch.Generator(device="cuda").manual_seed(0)
+        shape = (max(1, 16384 // n), 2048 // d, n, d)
+        q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.float16, generator=g)
+                       for _ in range(4))
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            for profiled in (False, True):
+                if profiled:
+                    torch.cuda.profiler.start()
+                flash_attention(q, k, v, causal=causal).backward(do)
+                stream.synchronize()
+                if profiled:
+                    torch.cuda.profiler.stop()
+        order.append({"d": d, "n": n, "causal": causal})
+        del q, k, v, do
+        torch.cuda.empty_cache()
+    print("DRIVER-ORDER " + json.dumps(order), flush=True)
+
+
+def run_ncu(ncu: str, ds: list[int], ns: list[int]) -> dict:
+    me = str(Path(__file__).resolve())
+    err = "not run"
+    for metrics in (METRICS + OPTIONAL, METRICS):
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "ncu.csv")
+            cmd = [ncu, "--profile-from-start", "off", "--kernel-name", "regex:_attn_",
+                   "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units",
+                   "base", "--log-file", log, sys.executable, me, "--driver",
+                   "--d", *map(str, ds), "--n", *map(str, ns)]
+            t0 = time.time()
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+            text = Path(log).read_text() if os.path.exists(log) else ""
+        order = [ln for ln in proc.stdout.splitlines() if ln.startswith("DRIVER-ORDER ")]
+        if proc.returncode == 0 and order and text.strip():
+            try:
+                kernels = hbm.parse_raw_csv(text, metrics)
+            except (ValueError, IndexError) as exc:
+                err = f"could not parse ncu output: {exc}; head: {text[:800]}"
+                continue
+            return {"ok": True, "metrics": metrics, "seconds": round(time.time() - t0, 1),
+                    "kernels": kernels, "order": json.loads(order[0].split(" ", 1)[1])}
+        err = (f"ncu exited {proc.returncode}; stderr tail: {proc.stderr[-1500:]}; "
+               f"stdout tail: {proc.stdout[-800:]}; log head: {text[:800]}")
+    return {"ok": False, "error": err}
+
+
+def summarize(kernel: dict) -> dict:
+    """The numbers a reader looks at first, and the stall reasons largest first."""
+    stalls = {s: kernel[m] for s in STALLS
+              if (m := f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio") in kernel}
+    out = {"kernel": kernel["kernel"].split("(")[0][:60],
+           "ms": kernel.get("gpu__time_duration.sum", float("nan")) / 1e6,  # base unit: ns
+           "issue_active_pct": kernel.get("smsp__issue_active.avg.pct_of_peak_sustained_active"),
+           "occupancy_pct": kernel.get("sm__warps_active.avg.pct_of_peak_sustained_active"),
+           "registers": kernel.get("launch__registers_per_thread"),
+           "stalls": dict(sorted(stalls.items(), key=lambda kv: -kv[1]))}
+    for m, name in zip(OPTIONAL, ("tensor_pipe_pct", "xu_pipe_pct"), strict=True):
+        if m in kernel:
+            out[name] = kernel[m]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--driver", action="store_true", help="internal: the profiled program")
+    ap.add_argument("--d", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--n", type=int, nargs="+", default=[4096])
+    ap.add_argument("--out", default="ncu_kernels_h200")
+    args = ap.parse_args()
+    if args.driver:
+        driver(args.d, args.n)
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("record_ncu_kernels.py profiles a CUDA GPU; this machine has none.")
+    from flashtext import recorded
+
+    ncu = hbm.find_ncu()
+    result = {"ok": False, "error": "ncu not found"} if ncu is None else \
+        run_ncu(ncu, args.d, args.n)
+    groups = []
+    if result["ok"]:
+        try:
+            groups = hbm.group_by_stream(result["kernels"], len(result["order"]))
+        except ValueError as exc:
+            result = {**result, "ok": False, "error": f"{exc}; raw kernels kept"}
+    rows = [{**cfg, "kernels": [summarize(k) for k in ks]}
+            for cfg, ks in zip(result.get("order", []), groups, strict=False)]
+    out = recorded.save(args.out, {"what": "ncu metrics of one fwd+bwd of flash_attention",
+                                   "ncu": result, "rows": rows})
+    print(f"wrote {out}; ncu ok: {result['ok']}" + ("" if result["ok"] else
+                                                      f" ({result['error'][:300]})"))
+    for r in rows:
+        print(f"d={r['d']} N={r['n']} causal={r['causal']}")
+        for k in r["kernels"]:
+            top = ", ".join(f"{s} {v:.2f}" for s, v in list(k["stalls"].items())[:4])
+            print(f"  {k['kernel']:24s} {k['ms']:7.3f} ms  issue {k['issue_active_pct']:.0f}%  "
+                  f"occupancy {k['occupancy_pct']:.0f}%  regs {k['registers']:.0f}  [{top}]")
+
+
+if __name__ == "__main__":
+    main()
