@@ -35,8 +35,10 @@ def candidates(kernel: str, d: int) -> list[tuple[int, int, int, int]]:
         blocks = [(128, 32), (128, 64), (64, 64), (64, 32)]
     out = []
     for (bm, bn), warps, stages in itertools.product(blocks, (4, 8), (2, 3, 4)):
-        if bm * bn < 64 * 128 and warps == 8:
-            continue  # small tiles cannot feed 8 warps
+        if bm * bn < 64 * 128 and warps == 8 and not (kernel == "bwd_dkdv" and bn == 64):
+            continue  # small tiles cannot feed 8 warps; but a dK/dV program holds two
+            # BLOCK_N x d accumulators, and 8 warps halve the registers each thread needs for
+            # them (scripts/spill_report.py: 64 x 64 tiles spill 1.7 KB with 4 warps, 0.2 with 8)
         if d >= 128 and stages == 4 and bm * bn >= 128 * 128:
             continue  # does not fit in shared memory
         out.append((bm, bn, warps, stages))

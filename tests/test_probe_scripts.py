@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +58,17 @@ def test_ncu_summary_orders_stalls_and_converts_time():
     assert out["kernel"] == "_attn_bwd_dkdv" and out["ms"] == 2.5 and out["registers"] == 232
     assert list(out["stalls"]) == ["math_pipe_throttle", "wait", "barrier"]
     assert "tensor_pipe_pct" not in out
+
+
+def test_spill_report_compiles_for_sm90_without_a_gpu():
+    # a fresh process: flashtext turns the interpreter on at start-up when there is no GPU,
+    # and an interpreted kernel cannot be compiled
+    code = ("import sys; sys.path.insert(0, 'scripts'); import spill_report as s; "
+            "r = s.compile_one('bwd_dq', (64, 32, 4, 2), 64, False); print(r)")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", code], cwd=SCRIPT.parents[1], env=env,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    row = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    assert 0 < row["registers"] <= 255 and row["wgmma"] > 0
+    assert row["spill_store_bytes"] >= 0 and row["shared_bytes"] > 0
