@@ -38,9 +38,13 @@ STALLS = ["long_scoreboard", "short_scoreboard", "wait", "barrier", "math_pipe_t
 METRICS = ["gpu__time_duration.sum", "smsp__issue_active.avg.pct_of_peak_sustained_active",
            "sm__warps_active.avg.pct_of_peak_sustained_active", "launch__registers_per_thread",
            *(f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio" for s in STALLS)]
-# Hopper's tensor-core (GMMA) and special-function (XU: ex2) pipes; dropped if ncu lacks them
+# Hopper's tensor-core (GMMA) and special-function (XU: ex2) pipes, and the L2 and DRAM
+# throughput (a dK/dV program streams all of Q and dO past its keys); dropped if ncu lacks them
 OPTIONAL = ["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
-            "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"]
+            "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",
+            "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+            "dram__throughput.avg.pct_of_peak_sustained_elapsed"]
+OPTIONAL_NAMES = ("tensor_pipe_pct", "xu_pipe_pct", "l2_throughput_pct", "dram_throughput_pct")
 
 
 def configs(ds: list[int], ns: list[int]) -> list[tuple[int, int, bool]]:
@@ -112,7 +116,7 @@ def summarize(kernel: dict) -> dict:
            "occupancy_pct": kernel.get("sm__warps_active.avg.pct_of_peak_sustained_active"),
            "registers": kernel.get("launch__registers_per_thread"),
            "stalls": dict(sorted(stalls.items(), key=lambda kv: -kv[1]))}
-    for m, name in zip(OPTIONAL, ("tensor_pipe_pct", "xu_pipe_pct"), strict=True):
+    for m, name in zip(OPTIONAL, OPTIONAL_NAMES, strict=True):
         if m in kernel:
             out[name] = kernel[m]
     return out
