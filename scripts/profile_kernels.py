@@ -14,7 +14,10 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_kernels: the inputs
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: variants win
+
+import tune_kernels  # noqa: E402
 
 
 def profile_one(d: int, n: int, dtype: str, causal: bool, calls: int = 10) -> dict:
@@ -23,10 +26,7 @@ def profile_one(d: int, n: int, dtype: str, causal: bool, calls: int = 10) -> di
 
     from flashtext.kernels import flash_attention
 
-    g = torch.Generator(device="cuda").manual_seed(0)
-    shape = (max(1, 16384 // n), 2048 // d, n, d)
-    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
-    q, k, v, do = (torch.randn(shape, device="cuda", dtype=dt, generator=g) for _ in range(4))
+    q, k, v, do = tune_kernels._inputs(tune_kernels.DTYPES[dtype], d, n, causal)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
 
     def call():

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # record_hbm_traffic: 
 sys.path.append(str(ROOT))  # after PYTHONPATH: a probe tree's flashtext wins
 
 import record_hbm_traffic as hbm  # noqa: E402
+import tune_kernels  # noqa: E402
 
 STALLS = ["long_scoreboard", "short_scoreboard", "wait", "barrier", "math_pipe_throttle",
           "mio_throttle", "lg_throttle", "not_selected", "selected", "no_instruction",
@@ -59,10 +60,7 @@ def driver(ds: list[int], ns: list[int]) -> None:
 
     order = []
     for d, n, causal in configs(ds, ns):
-        g = torch.Generator(device="cuda").manual_seed(0)
-        shape = (max(1, 16384 // n), 2048 // d, n, d)
-        q, k, v, do = (torch.randn(shape, device="cuda", dtype=torch.float16, generator=g)
-                       for _ in range(4))
+        q, k, v, do = tune_kernels._inputs("float16", d, n, causal)
         q, k, v = (t.requires_grad_() for t in (q, k, v))
         stream = torch.cuda.Stream()
         with torch.cuda.stream(stream):
