@@ -65,6 +65,8 @@ def compile_one(kernel: str, cfg: tuple[int, int, int, int], d: int, causal: boo
     bm, bn, warps, stages = cfg
     const = {"HEAD_DIM": d, "BLOCK_D": block_d(d), "BLOCK_M": bm, "BLOCK_N": bn,
              "CAUSAL": causal, "INPUT_PRECISION": "tf32"}
+    if kernel == "fwd":
+        const["NEGATE_Q"] = False
     pointers = {"LSE": "*fp32", "DELTA": "*fp32"}
     sig = {}
     for name in fn.arg_names:

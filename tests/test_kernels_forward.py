@@ -140,10 +140,24 @@ def test_extreme_scores_do_not_overflow():
     torch.testing.assert_close(o[0, 0], v[0, 0].mean(0).expand(40, 16), rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("sm_scale", [0.05, 1.0, -0.3])
-def test_custom_scale(sm_scale):
-    q, k, v = _rand(2, 2, 30, 16, seed=0), _rand(2, 2, 41, 16, seed=1), _rand(2, 2, 41, 16, seed=2)
-    _check_forward(q, k, v, causal=True, sm_scale=sm_scale)
+@pytest.mark.parametrize("sm_scale", [0.0, 0.05, 1.0, -0.3])
+@pytest.mark.parametrize("causal", [False, True])
+def test_custom_scale(sm_scale, causal):
+    # 70 x 100 spans several tiles, so both the unmasked tiles (scaled late, after the row
+    # max) and the masked band (scaled first) see the scale, its sign and a zero scale
+    q, k, v = _rand(2, 2, 70, 16, seed=0), _rand(2, 2, 100, 16, seed=1), _rand(2, 2, 100, 16, seed=2)
+    _check_forward(q, k, v, causal=causal, sm_scale=sm_scale)
+
+
+@pytest.mark.parametrize("sm_scale", [-0.5, 0.5])
+def test_scale_sign_with_extreme_scores(sm_scale):
+    # scores of +-1e3: with a negative scale the row max of the scaled scores is the minimum of
+    # the raw ones; taking max(raw) * scale instead would overflow exp2 for every other score
+    q = _rand(1, 2, 70, 32, seed=11) * 8
+    k, v = _rand(1, 2, 100, 32, seed=12) * 8, _rand(1, 2, 100, 32, seed=13)
+    for causal in (False, True):
+        errors = compare(q, k, v, causal=causal, sm_scale=sm_scale)
+        assert not errors.failures(), errors.failures()
 
 
 def test_deterministic():

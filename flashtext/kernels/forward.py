@@ -11,8 +11,11 @@ Names follow Algorithm 1 and the NumPy FA2 code of chapter 7 (``flashtext.fa2``)
 current Q/K tile, ``m_i``/``l_i``/``acc`` the running statistics, ``sm_scale`` the softmax scale.
 
 Exponentials are base 2 (``exp2`` is the GPU's native instruction; ``exp(x) = exp2(x log2 e)``):
-the scores are multiplied by ``qk_scale = sm_scale * log2(e)`` once, so ``m_i`` and the
-exponents live in log2 units and ``lse`` is converted back to natural log when it is stored.
+the scores are multiplied by ``qk_scale = sm_scale * log2(e)``, so ``m_i`` and the exponents
+live in log2 units and ``lse`` is converted back to natural log when it is stored. On unmasked
+tiles the multiply comes late: the row max is taken of the raw scores and scaled once per row,
+and each score's exponent ``qk * qk_scale - m`` is a single fused multiply-add. That needs a
+scale >= 0, so for a negative ``sm_scale`` the kernel negates its Q tile and uses ``|sm_scale|``.
 
 Causal masks are aligned to the bottom-right corner (query ``i`` of ``N_Q`` sees keys
 ``j <= i + N_K - N_Q``; ``flashtext.reference.causal_mask``). For each Q block the key range
@@ -62,22 +65,27 @@ def _fwd_inner(acc, l_i, m_i, q, K, V, stride_kn, stride_kd, stride_vn, stride_v
         else:
             k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
             v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
-        # S_ij = Q_i K_j^T, in log2 units: qk * qk_scale = (sm_scale * log2 e) * q.k
-        qk = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale
+        # S_ij = Q_i K_j^T; in log2 units it is qk * qk_scale = (sm_scale * log2 e) * q.k
+        qk = tl.dot(q, k, input_precision=INPUT_PRECISION)
         if MASKED:
+            qk = qk * qk_scale
             visible = n_ok[None, :]
             if CAUSAL:
                 visible = visible & (offs_n[None, :] <= offs_m[:, None] + CAUSAL_OFFSET)
             qk = tl.where(visible, qk, float("-inf"))
-        # Algorithm 1 line 11: the new running max, per row
-        m_ij = tl.maximum(m_i, tl.max(qk, 1))
-        if MASKED:
+            # Algorithm 1 line 11: the new running max, per row
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
             # a row that has seen only hidden keys has m_ij = -inf; subtracting it would give
             # -inf - (-inf) = NaN. Subtract 0 instead: its p and alpha are then exactly 0.
             m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+            p = tl.math.exp2(qk - m_safe[:, None])  # P~_ij, entries in [0, 1]
         else:
+            # the hot path scales late: max(qk * s) = max(qk) * s for s >= 0 (the launcher
+            # makes it so), which leaves one fused multiply-add per score, qk * s - m, instead
+            # of a multiply and a subtract. Every score here is visible and finite.
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             m_safe = m_ij
-        p = tl.math.exp2(qk - m_safe[:, None])  # P~_ij, entries in [0, 1]
+            p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
         alpha = tl.math.exp2(m_i - m_safe)  # rescales what was accumulated under the old max
         l_i = l_i * alpha + tl.sum(p, 1)
         # line 12 without the division (FA2: O stays unnormalised until the very end)
@@ -97,9 +105,15 @@ def _attn_fwd(Q, K, V, O, LSE, sm_scale,
               stride_oz, stride_oh, stride_om, stride_od,
               H, N_Q, N_K,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+              NEGATE_Q: tl.constexpr):
     # grid = (query blocks, batch * heads): program (i, zh) owns rows [start_m, start_m+BLOCK_M)
-    start_m = tl.program_id(0) * BLOCK_M
+    if CAUSAL:
+        # causal work grows with the row: hand out each head's last (longest) query blocks
+        # first, so that the short ones, not the long ones, fill the tail of the launch
+        start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
+    else:
+        start_m = tl.program_id(0) * BLOCK_M
     off_zh = tl.program_id(1)
     off_z = off_zh // H
     off_h = off_zh % H
@@ -118,6 +132,8 @@ def _attn_fwd(Q, K, V, O, LSE, sm_scale,
     # the Q tile is loaded once and stays on chip for the whole loop (the FA2 loop order)
     q = tl.load(Q + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
                 mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+    if NEGATE_Q:  # sm_scale < 0: (-q) . k * |sm_scale| is the same score, with a scale >= 0
+        q = -q       # (negation is exact in every float format)
     # m_i = -inf and l_i = 0: "nothing seen yet" (Triton's tutorial starts l_i at 1.0; we keep
     # 0 so that a row that never sees a key is recognisable at the end)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -185,10 +201,10 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     def grid(c: KernelConfig):
         return (triton.cdiv(n_q, c.BLOCK_M), z * h)
 
-    launch(_attn_fwd, grid, config, q, k, v, o, lse, sm_scale,
+    launch(_attn_fwd, grid, config, q, k, v, o, lse, abs(sm_scale),
            *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, n_q, n_k,
            HEAD_DIM=d, BLOCK_D=block_d(d), CAUSAL=causal,
-           INPUT_PRECISION=input_precision(q.dtype))
+           INPUT_PRECISION=input_precision(q.dtype), NEGATE_Q=sm_scale < 0)
     return o, lse
 
 
