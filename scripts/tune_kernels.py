@@ -45,6 +45,14 @@ def candidates(kernel: str, d: int) -> list[tuple[int, int, int, int]]:
     return out
 
 
+def _with_tma(configs: list[tuple], tma: str) -> list[tuple]:
+    """Add the tensor-descriptor flag (KernelConfig.tma) to each candidate, unless "off"."""
+    if tma == "off":
+        return configs
+    flags = {"on": (True,), "both": (False, True)}[tma]
+    return [(*c, flag) for c in configs for flag in flags]
+
+
 def _inputs(dtype: str, d: int, n: int, causal: bool, seed: int = 0):
     import torch
 
@@ -102,6 +110,8 @@ def main() -> None:
     parser.add_argument("--causal", choices=["both", "true", "false"], default="both")
     parser.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
     parser.add_argument("--out", default="tune_h200")
+    parser.add_argument("--tma", choices=["off", "on", "both"], default="off",
+                        help="tensor-descriptor loads: configs become (BM, BN, warps, stages, tma)")
     args = parser.parse_args()
 
     import torch
@@ -111,7 +121,7 @@ def main() -> None:
     causals = {"both": [False, True], "true": [True], "false": [False]}[args.causal]
     jobs = [(kern, cfg, DTYPES[dt], d, args.n, causal)
             for dt in args.dtype for d in args.d for causal in causals
-            for kern in args.kernels for cfg in candidates(kern, d)]
+            for kern in args.kernels for cfg in _with_tma(candidates(kern, d), args.tma)]
     t0 = time.time()
     # compile in parallel (fills the on-disk cache; one CUDA context per worker process)
     import multiprocessing as mp

@@ -145,7 +145,8 @@ def test_extreme_scores_do_not_overflow():
 def test_custom_scale(sm_scale, causal):
     # 70 x 100 spans several tiles, so both the unmasked tiles (scaled late, after the row
     # max) and the masked band (scaled first) see the scale, its sign and a zero scale
-    q, k, v = _rand(2, 2, 70, 16, seed=0), _rand(2, 2, 100, 16, seed=1), _rand(2, 2, 100, 16, seed=2)
+    q = _rand(2, 2, 70, 16, seed=0)
+    k, v = _rand(2, 2, 100, 16, seed=1), _rand(2, 2, 100, 16, seed=2)
     _check_forward(q, k, v, causal=causal, sm_scale=sm_scale)
 
 

@@ -25,6 +25,9 @@ class KernelConfig:
     BLOCK_N: int
     num_warps: int = 4
     num_stages: int = 2
+    # fetch the tiles of the inner loop with the copy engine (TMA tensor descriptors) where
+    # the tensors' layout allows it (flashtext.kernels.forward.tma_ok); else plain loads
+    tma: bool = False
 
     def smaller(self) -> KernelConfig | None:
         """The next configuration to try when this one does not fit in shared memory/registers."""
@@ -58,8 +61,8 @@ def _config(kernel: str, head_dim: int, dtype_bytes: int, causal: bool, n_q: int
     :meth:`KernelConfig.smaller` if the compiler reports that a configuration does not fit.
     """
     del causal, n_q, n_k  # the measured winners did not depend on them enough to key on
-    if _boot.INTERPRETING:
-        return KernelConfig(BLOCK_M=32, BLOCK_N=32, num_warps=1, num_stages=1)
+    if _boot.INTERPRETING:  # descriptors on: the CPU tests run the code path the H200 runs
+        return KernelConfig(BLOCK_M=32, BLOCK_N=32, num_warps=1, num_stages=1, tma=True)
     d = block_d(head_dim)
     if kernel == "bwd_pre":
         return KernelConfig(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1)
@@ -77,16 +80,29 @@ def _config(kernel: str, head_dim: int, dtype_bytes: int, causal: bool, n_q: int
 
 
 # (kernel, head_dim rounded up to 64 or 128) -> the fastest configuration measured on an H200,
-# fp16, batch * N = 16k tokens, heads * d = 2048, N = 4096 (scripts/tune_kernels.py). For the
-# dK/dV kernel BLOCK_N is the key block a program owns and BLOCK_M the query rows it loops over.
+# fp16, batch * N = 16k tokens, heads * d = 2048, N = 4096 (scripts/tune_kernels.py; tiles first
+# searched with plain loads, flashtext/data/tune_h200.json, then with tensor descriptors,
+# tune_h200_tma.json, which won everywhere). For the dK/dV kernel BLOCK_N is the key block a
+# program owns and BLOCK_M the query rows it loops over.
 TUNED: dict[tuple[str, int], KernelConfig] = {
-    ("fwd", 64): KernelConfig(128, 64, num_warps=8, num_stages=3),
-    ("fwd", 128): KernelConfig(128, 128, num_warps=8, num_stages=3),
-    ("bwd_dkdv", 64): KernelConfig(32, 128, num_warps=4, num_stages=3),
-    ("bwd_dkdv", 128): KernelConfig(64, 64, num_warps=4, num_stages=2),
-    ("bwd_dq", 64): KernelConfig(128, 64, num_warps=4, num_stages=3),
-    ("bwd_dq", 128): KernelConfig(128, 64, num_warps=8, num_stages=3),
+    ("fwd", 64): KernelConfig(128, 128, num_warps=4, num_stages=3, tma=True),
+    ("fwd", 128): KernelConfig(128, 128, num_warps=8, num_stages=3, tma=True),
+    ("bwd_dkdv", 64): KernelConfig(32, 128, num_warps=4, num_stages=3, tma=True),
+    ("bwd_dkdv", 128): KernelConfig(64, 64, num_warps=4, num_stages=2, tma=True),
+    ("bwd_dq", 64): KernelConfig(128, 64, num_warps=4, num_stages=3, tma=True),
+    ("bwd_dq", 128): KernelConfig(128, 64, num_warps=8, num_stages=3, tma=True),
 }
+
+
+@dataclass(frozen=True)
+class PerConfig:
+    """A kernel argument that depends on the launch configuration (a tensor descriptor's tile
+    shape follows BLOCK_N): :func:`launch` calls ``make(config)`` for the configuration it runs."""
+
+    make: object
+
+    def __call__(self, config: KernelConfig):
+        return self.make(config)
 
 
 def launch(kernel_fn, grid_fn, config: KernelConfig, *args, **constexprs) -> KernelConfig:
@@ -101,8 +117,9 @@ def launch(kernel_fn, grid_fn, config: KernelConfig, *args, **constexprs) -> Ker
     current: KernelConfig | None = _FITS.get(key, config)
     while current is not None:
         try:
+            resolved = [a(current) if isinstance(a, PerConfig) else a for a in args]
             kernel_fn[grid_fn(current)](
-                *args, **constexprs, BLOCK_M=current.BLOCK_M, BLOCK_N=current.BLOCK_N,
+                *resolved, **constexprs, BLOCK_M=current.BLOCK_M, BLOCK_N=current.BLOCK_N,
                 num_warps=current.num_warps, num_stages=current.num_stages)
             _FITS[key] = current
             return current

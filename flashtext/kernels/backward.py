@@ -30,8 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from flashtext.kernels._config import KernelConfig, _config, block_d, launch
-from flashtext.kernels.forward import _LOG2E, input_precision
+from flashtext.kernels._config import KernelConfig, PerConfig, _config, block_d, launch
+from flashtext.kernels.forward import _LOG2E, descriptor, input_precision, tma_ok
 
 
 @triton.jit(do_not_specialize=["N_Q"])
@@ -60,9 +60,10 @@ def _attn_bwd_preprocess(O, DO, DELTA,
 
 @triton.jit
 def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd, stride_dom, stride_dod,
-                start_n, lo, hi, qk_scale, N_Q, CAUSAL_OFFSET,
+                start_n, lo, hi, qk_scale, N_Q, CAUSAL_OFFSET, off_z, off_h,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                USE_TMA: tl.constexpr):
     """Accumulate the contributions of the Q blocks ``lo, lo + BLOCK_M, ... < hi`` to this K/V
     block's dK and dV. Works on transposed tiles (keys along rows): S^T = K Q^T, P^T, dS^T."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -72,10 +73,14 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd, stride_do
         offs_m = start_m + tl.arange(0, BLOCK_M)
         m_ok = offs_m < N_Q
         # rows past N_Q read q = dO = 0 and lse = +inf, so their P is exactly 0
-        q_t = tl.load(Q + offs_m[None, :] * stride_qm + offs_d[:, None] * stride_qd,
-                      mask=m_ok[None, :] & d_ok[:, None], other=0.0)  # Q^T: BLOCK_D x BLOCK_M
-        do = tl.load(DO + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
-                     mask=m_ok[:, None] & d_ok[None, :], other=0.0)
+        if USE_TMA:  # the copy engine zero-fills rows past N_Q and columns past HEAD_DIM
+            q_t = tl.trans(Q.load([off_z, off_h, start_m, 0]).reshape(BLOCK_M, BLOCK_D))
+            do = DO.load([off_z, off_h, start_m, 0]).reshape(BLOCK_M, BLOCK_D)
+        else:
+            q_t = tl.load(Q + offs_m[None, :] * stride_qm + offs_d[:, None] * stride_qd,
+                          mask=m_ok[None, :] & d_ok[:, None], other=0.0)  # Q^T: D x BLOCK_M
+            do = tl.load(DO + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                         mask=m_ok[:, None] & d_ok[None, :], other=0.0)
         lse = tl.load(LSE + offs_m, mask=m_ok, other=float("inf"))
         delta = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
         # a row that saw no key has lse = -inf; give it +inf so its P is 0, not exp(+inf)
@@ -106,16 +111,18 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
                    stride_dvz, stride_dvh, stride_dvn, stride_dvd,
                    H, N_Q, N_K,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                   BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                   USE_TMA: tl.constexpr):
     # grid = (key blocks, batch * heads): program (j, zh) owns keys [start_n, start_n + BLOCK_N)
     start_n = tl.program_id(0) * BLOCK_N
     off_zh = tl.program_id(1)
     off_z = off_zh // H
     off_h = off_zh % H
-    Q += off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
+    if not USE_TMA:  # with descriptors, Q and dO tiles are addressed by (batch, head, row)
+        Q += off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
+        DO += off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh
     K += off_z.to(tl.int64) * stride_kz + off_h.to(tl.int64) * stride_kh
     V += off_z.to(tl.int64) * stride_vz + off_h.to(tl.int64) * stride_vh
-    DO += off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh
     DK += off_z.to(tl.int64) * stride_dkz + off_h.to(tl.int64) * stride_dkh
     DV += off_z.to(tl.int64) * stride_dvz + off_h.to(tl.int64) * stride_dvh
     LSE += off_zh.to(tl.int64) * N_Q
@@ -144,14 +151,14 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
         mid = tl.maximum((mid + BLOCK_M - 1) // BLOCK_M * BLOCK_M, lo)  # round up to a block
         dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd,
                              stride_dom, stride_dod, start_n, lo, tl.minimum(mid, N_Q),
-                             qk_scale, N_Q, CAUSAL_OFFSET, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N,
-                             True, INPUT_PRECISION)
+                             qk_scale, N_Q, CAUSAL_OFFSET, off_z, off_h, HEAD_DIM, BLOCK_D,
+                             BLOCK_M, BLOCK_N, True, INPUT_PRECISION, USE_TMA)
     else:
         mid = 0
     dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd,
                          stride_dom, stride_dod, start_n, mid, N_Q, qk_scale, N_Q,
-                         CAUSAL_OFFSET, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, False,
-                         INPUT_PRECISION)
+                         CAUSAL_OFFSET, off_z, off_h, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, False,
+                         INPUT_PRECISION, USE_TMA)
 
     dk = dk * sm_scale
     tl.store(DK + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
@@ -162,10 +169,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
 
 @triton.jit
 def _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, stride_vd,
-              start_m, lo, hi, qk_scale, N_K, CAUSAL_OFFSET,
+              start_m, lo, hi, qk_scale, N_K, CAUSAL_OFFSET, off_z, off_h,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-              INPUT_PRECISION: tl.constexpr):
+              INPUT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr):
     """Accumulate dS K over the K/V blocks ``lo, lo + BLOCK_N, ... < hi`` (same split as the
     forward: MASKED=False tiles are fully visible and fully inside K)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -173,15 +180,19 @@ def _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, str
     d_ok = offs_d < HEAD_DIM
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k_ptrs = K + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-        v_ptrs = V + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
-        if MASKED:
-            n_ok = offs_n < N_K
-            k = tl.load(k_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
-            v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        n_ok = offs_n < N_K
+        if USE_TMA:  # zero-filled past N_K and HEAD_DIM by the copy engine
+            k = K.load([off_z, off_h, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+            v = V.load([off_z, off_h, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
         else:
-            k = tl.load(k_ptrs, mask=d_ok[None, :], other=0.0)
-            v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+            k_ptrs = K + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+            v_ptrs = V + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+            if MASKED:
+                k = tl.load(k_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+                v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+            else:
+                k = tl.load(k_ptrs, mask=d_ok[None, :], other=0.0)
+                v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
         qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
         if MASKED:
             visible = n_ok[None, :]
@@ -204,15 +215,17 @@ def _attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
                  stride_dqz, stride_dqh, stride_dqm, stride_dqd,
                  H, N_Q, N_K,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                 BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                 USE_TMA: tl.constexpr):
     # grid = (query blocks, batch * heads), like the forward
     start_m = tl.program_id(0) * BLOCK_M
     off_zh = tl.program_id(1)
     off_z = off_zh // H
     off_h = off_zh % H
     Q += off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
-    K += off_z.to(tl.int64) * stride_kz + off_h.to(tl.int64) * stride_kh
-    V += off_z.to(tl.int64) * stride_vz + off_h.to(tl.int64) * stride_vh
+    if not USE_TMA:  # with descriptors, K and V tiles are addressed by (batch, head, row)
+        K += off_z.to(tl.int64) * stride_kz + off_h.to(tl.int64) * stride_kh
+        V += off_z.to(tl.int64) * stride_vz + off_h.to(tl.int64) * stride_vh
     DO += off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh
     DQ += off_z.to(tl.int64) * stride_dqz + off_h.to(tl.int64) * stride_dqh
     LSE += off_zh.to(tl.int64) * N_Q
@@ -241,11 +254,11 @@ def _attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
         hi = N_K
         mid = N_K // BLOCK_N * BLOCK_N
     dq = _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, stride_vd,
-                   start_m, 0, mid, qk_scale, N_K, CAUSAL_OFFSET, HEAD_DIM, BLOCK_D, BLOCK_M,
-                   BLOCK_N, False, CAUSAL, INPUT_PRECISION)
+                   start_m, 0, mid, qk_scale, N_K, CAUSAL_OFFSET, off_z, off_h, HEAD_DIM,
+                   BLOCK_D, BLOCK_M, BLOCK_N, False, CAUSAL, INPUT_PRECISION, USE_TMA)
     dq = _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, stride_vd,
-                   start_m, mid, hi, qk_scale, N_K, CAUSAL_OFFSET, HEAD_DIM, BLOCK_D, BLOCK_M,
-                   BLOCK_N, True, CAUSAL, INPUT_PRECISION)
+                   start_m, mid, hi, qk_scale, N_K, CAUSAL_OFFSET, off_z, off_h, HEAD_DIM,
+                   BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL, INPUT_PRECISION, USE_TMA)
     dq = dq * sm_scale
     tl.store(DQ + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
              dq.to(DQ.dtype.element_ty), mask=qd_mask)
@@ -293,12 +306,22 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     consts = dict(HEAD_DIM=d, BLOCK_D=block_d(d), INPUT_PRECISION=input_precision(q.dtype))
 
     delta = preprocess(o, do, cfg("bwd_pre"))
-    launch(_attn_bwd_dkdv, lambda c: (triton.cdiv(n_k, c.BLOCK_N), z * h), cfg("bwd_dkdv"),
-           q, k, v, do, lse, delta, dk, dv, sm_scale, *strides, *dk.stride(), *dv.stride(),
-           h, n_q, n_k, CAUSAL=causal, **consts)
-    launch(_attn_bwd_dq, lambda c: (triton.cdiv(n_q, c.BLOCK_M), z * h), cfg("bwd_dq"),
-           q, k, v, do, lse, delta, dq, sm_scale, *strides, *dq.stride(), h, n_q, n_k,
-           CAUSAL=causal, **consts)
+    # the dK/dV kernel streams Q and dO tiles past its keys, the dQ kernel K and V tiles past
+    # its queries: those are the loads a tensor descriptor can take over
+    c_kv = cfg("bwd_dkdv")
+    tma_kv = c_kv.tma and tma_ok(q) and tma_ok(do)
+    q_arg, do_arg = ((PerConfig(lambda c: descriptor(q, c.BLOCK_M)),
+                      PerConfig(lambda c: descriptor(do, c.BLOCK_M))) if tma_kv else (q, do))
+    launch(_attn_bwd_dkdv, lambda c: (triton.cdiv(n_k, c.BLOCK_N), z * h), c_kv,
+           q_arg, k, v, do_arg, lse, delta, dk, dv, sm_scale, *strides, *dk.stride(),
+           *dv.stride(), h, n_q, n_k, CAUSAL=causal, USE_TMA=tma_kv, **consts)
+    c_q = cfg("bwd_dq")
+    tma_q = c_q.tma and tma_ok(k) and tma_ok(v)
+    k_arg, v_arg = ((PerConfig(lambda c: descriptor(k, c.BLOCK_N)),
+                     PerConfig(lambda c: descriptor(v, c.BLOCK_N))) if tma_q else (k, v))
+    launch(_attn_bwd_dq, lambda c: (triton.cdiv(n_q, c.BLOCK_M), z * h), c_q,
+           q, k_arg, v_arg, do, lse, delta, dq, sm_scale, *strides, *dq.stride(), h, n_q, n_k,
+           CAUSAL=causal, USE_TMA=tma_q, **consts)
     return dq, dk, dv
 
 

@@ -31,7 +31,12 @@ import triton
 import triton.language as tl
 
 from flashtext.fa2 import LN2, LOG2E
-from flashtext.kernels._config import KernelConfig, _config, block_d, launch
+
+try:  # host-side tensor descriptors (Triton >= 3.4)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton: the pointer path only
+    TensorDescriptor = None
+from flashtext.kernels._config import KernelConfig, PerConfig, _config, block_d, launch
 
 # constants a @triton.jit function may read from the module (the same ones chapter 7 uses)
 _LOG2E = tl.constexpr(LOG2E)  # exp(x) = exp2(x * log2 e)
@@ -40,10 +45,10 @@ _LN2 = tl.constexpr(LN2)  # log(x) = log2(x) * ln 2
 
 @triton.jit
 def _fwd_inner(acc, l_i, m_i, q, K, V, stride_kn, stride_kd, stride_vn, stride_vd,
-               start_m, lo, hi, qk_scale, N_K, CAUSAL_OFFSET,
+               start_m, lo, hi, qk_scale, N_K, CAUSAL_OFFSET, off_z, off_h,
                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-               INPUT_PRECISION: tl.constexpr):
+               INPUT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr):
     """Fold the K/V tiles starting at ``lo, lo + BLOCK_N, ... < hi`` into (acc, l_i, m_i).
 
     MASKED=False: every score in these tiles is visible to every row (no mask, no bounds check
@@ -55,16 +60,22 @@ def _fwd_inner(acc, l_i, m_i, q, K, V, stride_kn, stride_kd, stride_vn, stride_v
     d_ok = offs_d < HEAD_DIM  # padding columns of a head_dim that is not a power of two
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        # K^T tile (BLOCK_D x BLOCK_N) and V tile (BLOCK_N x BLOCK_D), straight from HBM
-        k_ptrs = K + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
-        v_ptrs = V + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
-        if MASKED:
-            n_ok = offs_n < N_K
-            k = tl.load(k_ptrs, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
-            v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        n_ok = offs_n < N_K
+        if USE_TMA:
+            # the copy engine fetches each tile; rows past N_K and columns past HEAD_DIM come
+            # back as zeros, so no mask is needed here
+            k = tl.trans(K.load([off_z, off_h, start_n, 0]).reshape(BLOCK_N, BLOCK_D))
+            v = V.load([off_z, off_h, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
         else:
-            k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
-            v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+            # K^T tile (BLOCK_D x BLOCK_N) and V tile (BLOCK_N x BLOCK_D), straight from HBM
+            k_ptrs = K + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
+            v_ptrs = V + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+            if MASKED:
+                k = tl.load(k_ptrs, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+                v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+            else:
+                k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
+                v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
         # S_ij = Q_i K_j^T; in log2 units it is qk * qk_scale = (sm_scale * log2 e) * q.k
         qk = tl.dot(q, k, input_precision=INPUT_PRECISION)
         if MASKED:
@@ -106,7 +117,7 @@ def _attn_fwd(Q, K, V, O, LSE, sm_scale,
               H, N_Q, N_K,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-              NEGATE_Q: tl.constexpr):
+              NEGATE_Q: tl.constexpr, USE_TMA: tl.constexpr):
     # grid = (query blocks, batch * heads): program (i, zh) owns rows [start_m, start_m+BLOCK_M)
     if CAUSAL:
         # causal work grows with the row: hand out each head's last (longest) query blocks
@@ -119,8 +130,9 @@ def _attn_fwd(Q, K, V, O, LSE, sm_scale,
     off_h = off_zh % H
     # int64 offsets: batch * head strides overflow int32 on large tensors
     Q += off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
-    K += off_z.to(tl.int64) * stride_kz + off_h.to(tl.int64) * stride_kh
-    V += off_z.to(tl.int64) * stride_vz + off_h.to(tl.int64) * stride_vh
+    if not USE_TMA:  # descriptors take (batch, head, row, column) coordinates instead
+        K += off_z.to(tl.int64) * stride_kz + off_h.to(tl.int64) * stride_kh
+        V += off_z.to(tl.int64) * stride_vz + off_h.to(tl.int64) * stride_vh
     O += off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh
     LSE += off_zh.to(tl.int64) * N_Q
 
@@ -156,12 +168,12 @@ def _attn_fwd(Q, K, V, O, LSE, sm_scale,
 
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K, V, stride_kn, stride_kd, stride_vn,
                                stride_vd, start_m, 0, mid, qk_scale, N_K, CAUSAL_OFFSET,
-                               HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, False, CAUSAL,
-                               INPUT_PRECISION)
+                               off_z, off_h, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, False, CAUSAL,
+                               INPUT_PRECISION, USE_TMA)
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K, V, stride_kn, stride_kd, stride_vn,
                                stride_vd, start_m, mid, hi, qk_scale, N_K, CAUSAL_OFFSET,
-                               HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL,
-                               INPUT_PRECISION)
+                               off_z, off_h, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL,
+                               INPUT_PRECISION, USE_TMA)
 
     # epilogue: delayed normalisation (one division per row, not one per tile), and
     # lse = m + log(l) in natural log. A row that saw no key (l_i = 0) gets O = 0, lse = -inf.
@@ -178,6 +190,25 @@ def input_precision(dtype: torch.dtype) -> str:
     """fp32 inputs get full-precision dots ("ieee"): on a GPU Triton would otherwise round
     them to TF32 (10-bit mantissa), errors near 1e-3. fp16/bf16 are unaffected by the choice."""
     return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def tma_ok(t: torch.Tensor) -> bool:
+    """Can the copy engine (TMA, Hopper and later; or the interpreter) fetch tiles of ``t``?
+    It needs a 16-byte aligned base, unit stride along head_dim and every other stride a
+    positive multiple of 16 bytes; other layouts take the pointer path."""
+    if TensorDescriptor is None:
+        return False
+    if t.is_cuda and torch.cuda.get_device_capability(t.device)[0] < 9:
+        return False
+    size = t.element_size()
+    return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+            and all(s > 0 and s * size % 16 == 0 for s in t.stride()[:-1]))
+
+
+def descriptor(t: torch.Tensor, rows: int):
+    """A 4-D descriptor over (Z, H, N, d) that hands out ``rows`` x BLOCK_D tiles of one head
+    (coordinates [batch, head, first row, 0]; rows past N and columns past d read as 0)."""
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, block_d(t.shape[-1])])
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
@@ -201,11 +232,17 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     def grid(c: KernelConfig):
         return (triton.cdiv(n_q, c.BLOCK_M), z * h)
 
-    launch(_attn_fwd, grid, config, q, k, v, o, lse, abs(sm_scale),
+    use_tma = config.tma and tma_ok(k) and tma_ok(v)
+    if use_tma:
+        k_arg = PerConfig(lambda c: descriptor(k, c.BLOCK_N))
+        v_arg = PerConfig(lambda c: descriptor(v, c.BLOCK_N))
+    else:
+        k_arg, v_arg = k, v
+    launch(_attn_fwd, grid, config, q, k_arg, v_arg, o, lse, abs(sm_scale),
            *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, n_q, n_k,
            HEAD_DIM=d, BLOCK_D=block_d(d), CAUSAL=causal,
-           INPUT_PRECISION=input_precision(q.dtype), NEGATE_Q=sm_scale < 0)
+           INPUT_PRECISION=input_precision(q.dtype), NEGATE_Q=sm_scale < 0, USE_TMA=use_tma)
     return o, lse
 
 
-__all__ = ["forward", "input_precision"]
+__all__ = ["descriptor", "forward", "input_precision", "tma_ok"]
