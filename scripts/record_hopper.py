@@ -340,7 +340,7 @@ def sm90_preview() -> dict:
         sig.update({name: "i32" for name in fwd._attn_fwd.arg_names[6:25]})
         const = {"HEAD_DIM": d, "BLOCK_D": block_d(d), "BLOCK_M": cfg.BLOCK_M,
                  "BLOCK_N": cfg.BLOCK_N, "CAUSAL": True, "INPUT_PRECISION": "tf32",
-                 "NEGATE_Q": False}
+                 "NEGATE_Q": False, "USE_TMA": False}
         sig.update({name: "constexpr" for name in const})
         k = triton.compile(ASTSource(fwd._attn_fwd, sig, const), target=target,
                            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})

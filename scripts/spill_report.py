@@ -65,6 +65,9 @@ def compile_one(kernel: str, cfg: tuple[int, int, int, int], d: int, causal: boo
     bm, bn, warps, stages = cfg
     const = {"HEAD_DIM": d, "BLOCK_D": block_d(d), "BLOCK_M": bm, "BLOCK_N": bn,
              "CAUSAL": causal, "INPUT_PRECISION": "tf32"}
+    # the plain-load path (USE_TMA=False): a tensor descriptor's signature type needs its
+    # block shape spelled out, and the registers of the loop body are what this report is for
+    const["USE_TMA"] = False
     if kernel == "fwd":
         const["NEGATE_Q"] = False
     pointers = {"LSE": "*fp32", "DELTA": "*fp32"}
