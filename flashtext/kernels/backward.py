@@ -30,8 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from flashtext.kernels._config import KernelConfig, PerConfig, _config, block_d, launch
-from flashtext.kernels.forward import _LOG2E, descriptor, input_precision, tma_ok
+from flashtext.kernels._config import KernelConfig, _config, block_d, launch
+from flashtext.kernels.forward import _LOG2E, input_precision, tile_sources
 
 
 @triton.jit(do_not_specialize=["N_Q"])
@@ -309,16 +309,12 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     # the dK/dV kernel streams Q and dO tiles past its keys, the dQ kernel K and V tiles past
     # its queries: those are the loads a tensor descriptor can take over
     c_kv = cfg("bwd_dkdv")
-    tma_kv = c_kv.tma and tma_ok(q) and tma_ok(do)
-    q_arg, do_arg = ((PerConfig(lambda c: descriptor(q, c.BLOCK_M)),
-                      PerConfig(lambda c: descriptor(do, c.BLOCK_M))) if tma_kv else (q, do))
+    tma_kv, (q_arg, do_arg) = tile_sources(c_kv, "BLOCK_M", q, do)
     launch(_attn_bwd_dkdv, lambda c: (triton.cdiv(n_k, c.BLOCK_N), z * h), c_kv,
            q_arg, k, v, do_arg, lse, delta, dk, dv, sm_scale, *strides, *dk.stride(),
            *dv.stride(), h, n_q, n_k, CAUSAL=causal, USE_TMA=tma_kv, **consts)
     c_q = cfg("bwd_dq")
-    tma_q = c_q.tma and tma_ok(k) and tma_ok(v)
-    k_arg, v_arg = ((PerConfig(lambda c: descriptor(k, c.BLOCK_N)),
-                     PerConfig(lambda c: descriptor(v, c.BLOCK_N))) if tma_q else (k, v))
+    tma_q, (k_arg, v_arg) = tile_sources(c_q, "BLOCK_N", k, v)
     launch(_attn_bwd_dq, lambda c: (triton.cdiv(n_q, c.BLOCK_M), z * h), c_q,
            q, k_arg, v_arg, do, lse, delta, dq, sm_scale, *strides, *dq.stride(), h, n_q, n_k,
            CAUSAL=causal, USE_TMA=tma_q, **consts)

@@ -211,6 +211,15 @@ def descriptor(t: torch.Tensor, rows: int):
     return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, block_d(t.shape[-1])])
 
 
+def tile_sources(config: KernelConfig, rows: str, *tensors: torch.Tensor) -> tuple[bool, list]:
+    """What a kernel's inner loop should read its streamed tiles from: descriptors (made per
+    launch configuration, ``rows`` = "BLOCK_M" or "BLOCK_N" tall) when ``config.tma`` is on and
+    every tensor's layout allows it, else the tensors themselves. Returns (USE_TMA, arguments)."""
+    if config.tma and all(tma_ok(t) for t in tensors):
+        return True, [PerConfig(lambda c, t=t: descriptor(t, getattr(c, rows))) for t in tensors]
+    return False, list(tensors)
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
             config: KernelConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel on validated inputs (see :mod:`flashtext.kernels.api`).
@@ -232,12 +241,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     def grid(c: KernelConfig):
         return (triton.cdiv(n_q, c.BLOCK_M), z * h)
 
-    use_tma = config.tma and tma_ok(k) and tma_ok(v)
-    if use_tma:
-        k_arg = PerConfig(lambda c: descriptor(k, c.BLOCK_N))
-        v_arg = PerConfig(lambda c: descriptor(v, c.BLOCK_N))
-    else:
-        k_arg, v_arg = k, v
+    use_tma, (k_arg, v_arg) = tile_sources(config, "BLOCK_N", k, v)
     launch(_attn_fwd, grid, config, q, k_arg, v_arg, o, lse, abs(sm_scale),
            *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, n_q, n_k,
            HEAD_DIM=d, BLOCK_D=block_d(d), CAUSAL=causal,
@@ -245,4 +249,4 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     return o, lse
 
 
-__all__ = ["descriptor", "forward", "input_precision", "tma_ok"]
+__all__ = ["descriptor", "forward", "input_precision", "tile_sources", "tma_ok"]
