@@ -4,10 +4,12 @@ step-down when the compiler says a configuration does not fit."""
 from __future__ import annotations
 
 import pytest
+import torch
 from triton.runtime.errors import OutOfResources
 
 from flashtext.kernels import _config as cfg
 from flashtext.kernels._config import KernelConfig, _config, block_d, launch
+from tests.kernel_helpers import _rand, gpu
 
 
 @pytest.mark.parametrize("d,want", [(1, 16), (16, 16), (17, 32), (40, 64), (64, 64), (80, 128),
@@ -94,3 +96,95 @@ def test_launch_gives_up_when_nothing_fits():
 
     with pytest.raises(OutOfResources):
         launch(NeverFits(), lambda c: (1,), KernelConfig(16, 16, 4, 1))
+
+
+# --- the fast path: a repeated GPU launch reuses the compiled kernel ---------------------------
+
+def test_arg_key_is_at_least_as_fine_as_tritons_specialisation():
+    from flashtext.kernels._config import _NO_KEY, _arg_key
+
+    buf = torch.zeros(64, dtype=torch.float16)
+    aligned, shifted = buf[:32], buf[1:33]  # addresses 16-byte aligned and 2 bytes past it
+    assert _arg_key(aligned) != _arg_key(shifted)
+    assert _arg_key(aligned) == _arg_key(buf[8:40])  # 16 bytes further: Triton sees the same
+    assert _arg_key(aligned) != _arg_key(aligned.float())  # dtype
+    assert _arg_key(16) != _arg_key(17) != _arg_key(1)  # every integer value
+    assert _arg_key(True) != _arg_key(1)  # bool is an int subclass, but not the same argument
+    assert _arg_key(0.5) == _arg_key(-3.0)  # floats are never specialised on
+    assert _arg_key(object()) is _NO_KEY  # unknown kinds of argument: no fast path
+
+    class Desc:  # the fields of triton.tools.tensor_descriptor.TensorDescriptor
+        def __init__(self, base, block):
+            self.base, self.shape, self.strides = base, [32], [1]
+            self.block_shape, self.padding = block, "zero"
+
+    assert _arg_key(Desc(aligned, [16])) != _arg_key(Desc(aligned, [32]))
+    assert _arg_key(Desc(aligned, [16])) != _arg_key(Desc(shifted, [16]))
+
+
+class FakeCompiled:
+    """What Triton's slow path returns: a compiled kernel that is launched as kernel[grid](...)."""
+
+    function = "cufunction"
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self):  # present on a real CompiledKernel; the fast path requires it
+        raise AssertionError
+
+    def __getitem__(self, grid):
+        return lambda *args: self.calls.append((grid, args))
+
+
+class FakeJit:
+    """A JIT function with parameters (A, B, N, X, BLOCK_M, BLOCK_N)."""
+
+    arg_names = ["A", "B", "N", "X", "BLOCK_M", "BLOCK_N"]
+
+    def __init__(self):
+        self.slow = []
+        self.compiled = FakeCompiled()
+
+    def __getitem__(self, grid):
+        def run(*args, BLOCK_M, BLOCK_N, num_warps, num_stages, **constexprs):
+            self.slow.append((grid, args))
+            return self.compiled
+        return run
+
+
+def test_a_repeated_launch_takes_the_compiled_kernel(monkeypatch):
+    monkeypatch.setattr(cfg._boot, "INTERPRETING", False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(cfg, "_COMPILED", {})
+    k, c = FakeJit(), KernelConfig(64, 32, 4, 2)
+    a, b = torch.zeros(8), torch.zeros(8)
+    launch(k, lambda c: (2, 3), c, a, b, 100, X=7)
+    assert len(k.slow) == 1 and not k.compiled.calls
+    launch(k, lambda c: (2, 3), c, a, b, 100, X=7)
+    # runtime arguments, then the constexprs in the kernel's parameter order; grid made 3-D
+    assert k.compiled.calls == [((2, 3, 1), (a, b, 100, 7, 64, 32))] and len(k.slow) == 1
+    launch(k, lambda c: (2, 3), c, a, b, 101, X=7)  # another integer: Triton's path again
+    launch(k, lambda c: (2, 3), c, a, b[1:], 100, X=7)  # another alignment: again
+    assert len(k.slow) == 3 and len(k.compiled.calls) == 1
+
+
+@gpu
+def test_fast_path_matches_tritons_own_launch_and_follows_alignment():
+    from flashtext.kernels.forward import forward
+
+    q, k, v = (_rand(2, 3, 200, 64, dtype=torch.float16, seed=s) for s in range(3))
+    cfg._COMPILED.clear()
+    first = forward(q, k, v, True, 0.125)  # Triton's launch path; remembers the kernel
+    assert cfg._COMPILED
+    second = forward(q, k, v, True, 0.125)  # the fast path
+    assert all(torch.equal(x, y) for x, y in zip(first, second, strict=True))
+    # a view 2 bytes off alignment must not reuse the aligned kernel: compare to the reference
+    buf = torch.empty(q.numel() + 1, dtype=q.dtype, device=q.device)
+    q_odd = buf[1:].view_as(q)
+    q_odd.copy_(q)
+    entries = len(cfg._COMPILED)
+    for _ in range(2):
+        o_odd, _ = forward(q_odd, k, v, True, 0.125)
+    assert len(cfg._COMPILED) == entries + 1
+    assert torch.allclose(o_odd.float(), first[0].float(), atol=2e-3, rtol=0)

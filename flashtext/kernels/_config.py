@@ -110,27 +110,86 @@ def launch(kernel_fn, grid_fn, config: KernelConfig, *args, **constexprs) -> Ker
 
     If the compiler says the configuration needs more shared memory or registers than the GPU
     has, retry with :meth:`KernelConfig.smaller`. Returns the configuration that ran.
+
+    On a GPU a repeated launch skips Triton's argument binding: ``kernel_fn[grid](...)`` costs
+    ~50 us of Python per launch on the H200's host, the compiled kernel's own launcher ~22 us,
+    and a small fwd+bwd (four launches) is otherwise host-bound (``scripts/profile_host.py``).
+    The compiled kernel is reused only for arguments that look the same to Triton's
+    specialiser, by a key at least as fine as its rules (:func:`_arg_key`).
     """
     from triton.runtime.errors import OutOfResources
 
     key = (kernel_fn, config, tuple(sorted(constexprs.items())))
     current: KernelConfig | None = _FITS.get(key, config)
     while current is not None:
+        resolved = [a(current) if isinstance(a, PerConfig) else a for a in args]
+        fast_key = None if _boot.INTERPRETING else _fast_key(key, current, resolved)
+        compiled = _COMPILED.get(fast_key) if fast_key is not None else None
+        grid = tuple(grid_fn(current))
+        if compiled is not None:
+            kernel, order = compiled
+            meta = {**constexprs, "BLOCK_M": current.BLOCK_M, "BLOCK_N": current.BLOCK_N}
+            kernel[grid + (1,) * (3 - len(grid))](*resolved, *(meta[name] for name in order))
+            return current
         try:
-            resolved = [a(current) if isinstance(a, PerConfig) else a for a in args]
-            kernel_fn[grid_fn(current)](
+            kernel = kernel_fn[grid](
                 *resolved, **constexprs, BLOCK_M=current.BLOCK_M, BLOCK_N=current.BLOCK_N,
                 num_warps=current.num_warps, num_stages=current.num_stages)
-            _FITS[key] = current
-            return current
         except OutOfResources:
             nxt = current.smaller()
             if nxt is None:
                 raise
             current = nxt
+            continue
+        _FITS[key] = current
+        if fast_key is not None and hasattr(kernel, "run") and hasattr(kernel, "function"):
+            order = kernel_fn.arg_names[len(resolved):]
+            if set(order) <= {*constexprs, "BLOCK_M", "BLOCK_N"}:
+                if len(_COMPILED) >= _COMPILED_MAX:
+                    _COMPILED.clear()
+                _COMPILED[fast_key] = (kernel, tuple(order))
+        return current
     raise AssertionError("unreachable")
+
+
+def _arg_key(a):
+    """What Triton may specialise a kernel on, for one runtime argument, or ``_NO_KEY``.
+
+    Triton 3.6/3.7 specialise a tensor on its dtype and on whether its address is a multiple
+    of 16, an integer on its width and on being 1 or a multiple of 16, a host tensor
+    descriptor on its dtype and block shape; floats not at all. This key keeps the exact
+    address remainder, the exact integer and the descriptor's every field, so two arguments
+    with one key always compile to the same kernel (a finer key only costs cache entries)."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return ("t", a.dtype, a.device, a.data_ptr() % 16)
+    if isinstance(a, bool) or a is None:
+        return ("b", a)
+    if isinstance(a, int):
+        return ("i", a)
+    if isinstance(a, float):
+        return ("f",)
+    base = getattr(a, "base", None)
+    if isinstance(base, torch.Tensor) and hasattr(a, "block_shape"):
+        return ("d", base.dtype, base.device, base.data_ptr() % 16, tuple(a.shape),
+                tuple(a.strides), tuple(a.block_shape), getattr(a, "padding", None))
+    return _NO_KEY
+
+
+def _fast_key(key: tuple, config: KernelConfig, resolved: list) -> tuple | None:
+    import torch
+
+    parts = tuple(_arg_key(a) for a in resolved)
+    if _NO_KEY in parts:
+        return None
+    return (key, config, torch.cuda.current_device(), parts)
 
 
 # (kernel, requested config, constexprs) -> the configuration that fitted, so that a step-down
 # happens once per process, not at every call
 _FITS: dict = {}
+# fast-path key -> (compiled kernel, names of the constexpr parameters after the runtime ones)
+_COMPILED: dict = {}
+_COMPILED_MAX = 4096  # distinct shapes/layouts remembered before the cache starts over
+_NO_KEY = object()

@@ -26,6 +26,8 @@ band of blocks that cross the diagonal or the end of K (masked), and blocks abov
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -192,13 +194,20 @@ def input_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+@functools.cache
+def _capability_major(index: int | None) -> int:
+    """The compute capability's major number of a CUDA device (asked once per device: the
+    query costs microseconds, and it runs for every tensor of every launch)."""
+    return torch.cuda.get_device_capability(index)[0]
+
+
 def tma_ok(t: torch.Tensor) -> bool:
     """Can the copy engine (TMA, Hopper and later; or the interpreter) fetch tiles of ``t``?
     It needs a 16-byte aligned base, unit stride along head_dim and every other stride a
     positive multiple of 16 bytes; other layouts take the pointer path."""
     if TensorDescriptor is None:
         return False
-    if t.is_cuda and torch.cuda.get_device_capability(t.device)[0] < 9:
+    if t.is_cuda and _capability_major(t.device.index) < 9:
         return False
     size = t.element_size()
     return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
