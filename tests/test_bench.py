@@ -363,7 +363,7 @@ def test_recorded_results_prefers_the_full_run(tmp_path, monkeypatch):
                           "h200_peers_fp16.json").read_text())
     (tmp_path / "h200_peers_fp16.json").write_text(json.dumps(anchors))
     assert report.recorded_results().is_anchor
-    recorded.save("bench_h200", {"kind": "flashtext.bench", "rows": []})
+    recorded.save(report.RECORDED_NAME, {"kind": "flashtext.bench", "rows": []})
     assert not report.recorded_results().is_anchor
 
 
