@@ -27,24 +27,18 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 import tune_kernels  # noqa: E402
 
-VARIANTS = ("default", "descriptors", "pointers")
+VARIANTS = ("descriptors", "pointers")
 
 
 def _set_loads(variant: str) -> None:
-    """Tile loads for every kernel: the library's default (descriptors, but pointers in a
-    host-bound backward: flashtext.kernels.backward.host_bound), descriptors everywhere, or
-    pointers everywhere."""
-    import importlib
-
+    """Tile loads of every kernel's tuned configuration: tensor descriptors where the layout
+    allows (the library's default) or pointers everywhere."""
     from flashtext.kernels import _config
 
-    bwd = importlib.import_module("flashtext.kernels.backward")
     if not hasattr(_set_loads, "saved"):
-        _set_loads.saved = (dict(_config.TUNED), bwd.TMA_MIN_WORK)
-    tuned, min_work = _set_loads.saved
-    for key, cfg in tuned.items():
+        _set_loads.saved = dict(_config.TUNED)
+    for key, cfg in _set_loads.saved.items():
         _config.TUNED[key] = dataclasses.replace(cfg, tma=cfg.tma and variant != "pointers")
-    bwd.TMA_MIN_WORK = 0.0 if variant == "descriptors" else min_work
 
 
 def _call_fn(d: int, n: int, dtype: str, causal: bool, mode: str):

@@ -4,7 +4,6 @@ queries that see no key, NaN-poisoned out-of-bounds memory, and bitwise determin
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import numpy as np
@@ -26,8 +25,6 @@ from tests.kernel_helpers import (
     _rand,
     gpu,
 )
-
-backward_module = importlib.import_module("flashtext.kernels.backward")
 
 
 def _grads(q, k, v, do, causal, configs=None, sm_scale=None):
@@ -62,31 +59,12 @@ def test_sweep_backward(case):
     assert not errors.failures(), (case.label(), errors.failures())
 
 
-# On a GPU, a backward as small as these sweeps' loads tiles by pointer (backward.host_bound);
-# "descriptors" runs the sweep again with the tensor-descriptor path that larger calls take.
-LOAD_PATHS = {"default": None, "descriptors": 0.0}
-
-
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("loads", LOAD_PATHS)
 @pytest.mark.parametrize("case", GPU_SWEEP, ids=Case.label)
-def test_sweep_backward_gpu(case, loads, monkeypatch):
-    if LOAD_PATHS[loads] is not None:
-        monkeypatch.setattr(backward_module, "TMA_MIN_WORK", LOAD_PATHS[loads])
+def test_sweep_backward_gpu(case):
     errors = measure(case, DEVICE, grads=True)
-    assert not errors.failures(), (case.label(), loads, errors.failures())
-
-
-def test_small_backward_is_host_bound_only_when_compiled(monkeypatch):
-    # the benchmark's N = 512 causal call (32 x 16 heads, d = 128): pointer loads on a GPU
-    monkeypatch.setattr(backward_module._boot, "INTERPRETING", False)
-    assert backward_module.host_bound(32, 16, 512, 512, 128, causal=True)
-    assert not backward_module.host_bound(32, 16, 512, 512, 128, causal=False)
-    assert not backward_module.host_bound(16, 16, 1024, 1024, 128, causal=True)
-    assert backward_module.host_bound(1, 1, 3000, 3000, 40, causal=False)  # d pads to 64
-    monkeypatch.setattr(backward_module._boot, "INTERPRETING", True)
-    assert not backward_module.host_bound(1, 1, 16, 16, 16, causal=True)
+    assert not errors.failures(), (case.label(), errors.failures())
 
 
 # As in test_kernels_forward: every offset N_k - N_q in [-18, 18] puts the causal diagonal at
@@ -201,10 +179,7 @@ def test_delta_preprocess(dtype):
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("d", [16, 32, 64, 128, 256])
-@pytest.mark.parametrize("loads", LOAD_PATHS)
-def test_gpu_long_sequence(dtype, d, loads, monkeypatch):
-    if LOAD_PATHS[loads] is not None:
-        monkeypatch.setattr(backward_module, "TMA_MIN_WORK", LOAD_PATHS[loads])
+def test_gpu_long_sequence(dtype, d):
     case = Case(1, 4, 2048, 3000, d, True, str(dtype).removeprefix("torch."), seed=d)
     errors = measure(case, DEVICE, grads=True)
     assert not errors.failures(), (case.label(), errors.failures())

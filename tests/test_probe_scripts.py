@@ -79,17 +79,14 @@ def test_profile_host_switches_the_tile_loads(monkeypatch):
 
     from flashtext.kernels import _config
 
-    bwd = importlib.import_module("flashtext.kernels.backward")
     monkeypatch.setattr(_config, "TUNED", dict(_config.TUNED))
-    monkeypatch.setattr(bwd, "TMA_MIN_WORK", bwd.TMA_MIN_WORK)
     spec = importlib.util.spec_from_file_location(
         "profile_host", SCRIPT.parent / "profile_host.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    default = (dict(_config.TUNED), bwd.TMA_MIN_WORK)
+    default = dict(_config.TUNED)
+    assert all(c.tma for c in default.values())
     mod._set_loads("pointers")
     assert not any(c.tma for c in _config.TUNED.values())
     mod._set_loads("descriptors")
-    assert all(c.tma for c in _config.TUNED.values()) and bwd.TMA_MIN_WORK == 0
-    mod._set_loads("default")
-    assert (dict(_config.TUNED), bwd.TMA_MIN_WORK) == default
+    assert _config.TUNED == default

@@ -26,13 +26,10 @@ backward is deterministic.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 import triton
 import triton.language as tl
 
-from flashtext import _boot
 from flashtext.kernels._config import KernelConfig, _config, block_d, launch
 from flashtext.kernels.forward import _LOG2E, input_precision, tile_sources
 
@@ -280,24 +277,6 @@ def preprocess(o: torch.Tensor, do: torch.Tensor, config: KernelConfig | None = 
     return delta
 
 
-# batch * heads * N_q * N_k * head_dim (halved when causal) under which the backward's default
-# launch tables use pointer loads instead of tensor descriptors. Measured on the H200 with
-# scripts/profile_host.py (flashtext/data/host_h200.json): at the benchmark's N = 512, causal
-# (work 8.6e9), a fwd+bwd call spends ~0.9 ms of host time with descriptors and ~0.65 ms with
-# pointers, for 0.65-0.69 ms of GPU work either way; from 1.7e10 (N = 512 non-causal, N = 1k
-# causal) the GPU time is as long as the host's and descriptors win on the GPU.
-TMA_MIN_WORK = 1.2e10
-
-
-def host_bound(z: int, h: int, n_q: int, n_k: int, head_dim: int, causal: bool) -> bool:
-    """Is a compiled backward of this size host-bound, so that its default launch tables should
-    load tiles by pointer? (Its launches take longer to enqueue than the GPU takes to run them,
-    and a launch with tensor descriptors costs more host time than one with pointers.) Never
-    under the interpreter, whose one configuration keeps the descriptor path tested on CPU."""
-    work = z * h * n_q * n_k * block_d(head_dim) * (0.5 if causal else 1.0)
-    return not _boot.INTERPRETING and work < TMA_MIN_WORK
-
-
 def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              o: torch.Tensor, lse: torch.Tensor, causal: bool, sm_scale: float,
              configs: dict[str, KernelConfig] | None = None,
@@ -320,13 +299,8 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         raise ValueError(f"lse must be a contiguous float32 tensor of shape {(z, h, n_q)}, "
                          f"got {tuple(lse.shape)} {lse.dtype}")
 
-    pointers = host_bound(z, h, n_q, n_k, d, causal)
-
     def cfg(name: str) -> KernelConfig:
-        if name in configs:
-            return configs[name]
-        chosen = _config(name, d, q.element_size(), causal, n_q, n_k)
-        return replace(chosen, tma=False) if pointers else chosen
+        return configs.get(name) or _config(name, d, q.element_size(), causal, n_q, n_k)
 
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     consts = dict(HEAD_DIM=d, BLOCK_D=block_d(d), INPUT_PRECISION=input_precision(q.dtype))
@@ -347,4 +321,4 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     return dq, dk, dv
 
 
-__all__ = ["backward", "host_bound", "preprocess"]
+__all__ = ["backward", "preprocess"]
