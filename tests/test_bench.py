@@ -481,3 +481,10 @@ def test_cli_plan_lists_configurations(capsys):
     assert cli.main(["--quick", "--plan", "--n", "64", "--dtype", "fp16"]) == 0
     out = capsys.readouterr().out
     assert "fp16 d=64 N=64 full (B=2, H=1)" in out and "causal" in out
+
+
+def test_providers_follow_the_harness_order_not_the_file_order():
+    rows = [{"provider": p, "status": "ok"} for p in ("math", "efficient", "flex", "ours", "cudnn")]
+    res = report.Results({"kind": "flashtext.bench"}, rows)
+    assert res.providers() == [p for p in core.PROVIDERS if p in {r["provider"] for r in rows}]
+    assert res.providers()[0] == "ours"

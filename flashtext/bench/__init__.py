@@ -4,7 +4,7 @@ otherwise use, on the reader's own GPU (chapter 12, ``make bench``).
     python -m flashtext.bench                      # the full sweep (GPU); CPU: the quick check
     python -m flashtext.bench --quick              # CPU smoke test: tiny shapes, no timing claims
     python -m flashtext.bench --dtype fp16 --d 128 --mode fwd --providers ours cudnn flash
-    python -m flashtext.bench --report bench_h200  # re-print the tables of a recorded run
+    python -m flashtext.bench --report bench_h200_v2  # re-print the tables of a recorded run
 
 Providers: ``ours`` (flashtext.kernels.flash_attention), SDPA's ``cudnn``, ``flash`` (FA2),
 ``efficient`` and ``math`` backends, and ``flex`` (torch.compile(flex_attention)). TFLOP/s use

@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
                "  make bench                                     # the full sweep (~8 min H200)\n"
                "  make bench BENCH_ARGS='--dtype fp16 --d 128 --mode fwd --providers ours "
                "cudnn flash --out tune'\n"
-               "  python -m flashtext.bench --report bench_h200  # tables of a recorded run",
+               "  python -m flashtext.bench --report bench_h200_v2  # tables of a recorded run",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sel = ap.add_argument_group("what to measure (default: everything)")
     sel.add_argument("--dtype", nargs="+", help="fp16 bf16 (fp32 also accepted)")
@@ -89,7 +89,7 @@ def parser() -> argparse.ArgumentParser:
                           "(and redraw their figures)")
     out.add_argument("--peers-from", metavar="NAME", default=None,
                      help="for tuning: take the peers this run did not measure from recorded "
-                          "results NAME (e.g. bench_h200 or h200_peers_fp16) when printing "
+                          "results NAME (e.g. bench_h200_v2 or h200_peers_fp16) when printing "
                           "ratios; the JSON keeps only what this run measured")
     out.add_argument("--markdown", action="store_true",
                      help="also print markdown tables for BENCHMARKS.md")

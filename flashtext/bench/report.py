@@ -77,7 +77,11 @@ class Results:
         return self.is_anchor or (s.get("tokens"), s.get("hidden")) == (16384, 2048)
 
     def providers(self) -> list[str]:
-        return list(dict.fromkeys(r["provider"] for r in self.rows))
+        """The providers present, in the harness's order (ours first; legends follow it),
+        whatever order a merged file holds its rows in."""
+        order = {name: i for i, name in enumerate([*PROVIDERS, "tutorial"])}
+        seen = dict.fromkeys(r["provider"] for r in self.rows)
+        return sorted(seen, key=lambda p: order.get(p, len(order)))
 
     def failures(self) -> list[dict[str, Any]]:
         """Rows that did not produce a trustworthy time (skips by design left out)."""
