@@ -41,21 +41,6 @@ def _set_loads(variant: str) -> None:
         _config.TUNED[key] = dataclasses.replace(cfg, tma=cfg.tma and variant != "pointers")
 
 
-def _call_fn(d: int, n: int, dtype: str, causal: bool, mode: str):
-    from flashtext.kernels import flash_attention
-
-    q, k, v, do = tune_kernels._inputs(tune_kernels.DTYPES[dtype], d, n, causal)
-    if mode == "fwd":
-        return lambda: flash_attention(q, k, v, causal=causal)
-    q, k, v = (t.requires_grad_() for t in (q, k, v))
-
-    def call():
-        for t in (q, k, v):
-            t.grad = None
-        flash_attention(q, k, v, causal=causal).backward(do)
-    return call
-
-
 def measure(call, calls: int = 50) -> dict:
     """Host ms and GPU ms per call over ``calls`` back-to-back calls.
 
@@ -112,6 +97,7 @@ def main() -> None:
     ap.add_argument("--name", default=None,
                     help="save the rows as flashtext/data/NAME.json (e.g. host_h200)")
     args = ap.parse_args()
+    dtype = tune_kernels.DTYPES[args.dtype]
     rows = []
     for variant in args.variants:
         _set_loads(variant)
@@ -119,7 +105,8 @@ def main() -> None:
             for n in args.n:
                 for causal in (False, True):
                     for mode in ("fwd", "fwd_bwd"):
-                        r = measure(_call_fn(d, n, args.dtype, causal, mode), args.calls)
+                        call = tune_kernels.attention_call(dtype, d, n, causal, mode)
+                        r = measure(call, args.calls)
                         r.update(loads=variant, d=d, n=n, causal=causal, mode=mode)
                         rows.append(r)
                         print(f"{variant:11} d={d} N={n:5} causal={causal!s:5} {mode:7}: host "
@@ -127,7 +114,7 @@ def main() -> None:
                               + ("  HOST-BOUND" if r["host_bound"] else ""), flush=True)
     if args.cprofile:
         _set_loads("descriptors")
-        print(host_profile(_call_fn(args.d[0], args.n[0], args.dtype, True, "fwd_bwd"),
+        print(host_profile(tune_kernels.attention_call(dtype, args.d[0], args.n[0], True),
                            args.cprofile))
     if args.name:
         from flashtext import recorded

@@ -24,16 +24,7 @@ def profile_one(d: int, n: int, dtype: str, causal: bool, calls: int = 10) -> di
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from flashtext.kernels import flash_attention
-
-    q, k, v, do = tune_kernels._inputs(tune_kernels.DTYPES[dtype], d, n, causal)
-    q, k, v = (t.requires_grad_() for t in (q, k, v))
-
-    def call():
-        for t in (q, k, v):
-            t.grad = None
-        flash_attention(q, k, v, causal=causal).backward(do)
-
+    call = tune_kernels.attention_call(tune_kernels.DTYPES[dtype], d, n, causal)
     for _ in range(3):
         call()
     torch.cuda.synchronize()

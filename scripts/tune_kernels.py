@@ -20,7 +20,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# appended, not inserted: a flashtext tree on PYTHONPATH (scripts/probe_variants.py runs each
+# variant so, and profile_kernels.py imports this module) must win over this checkout's
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 
@@ -62,6 +64,24 @@ def _inputs(dtype: str, d: int, n: int, causal: bool, seed: int = 0):
     q, k, v, do = (torch.randn(shape, device="cuda", dtype=getattr(torch, dtype), generator=g)
                    for _ in range(4))
     return q, k, v, do
+
+
+def attention_call(dtype: str, d: int, n: int, causal: bool, mode: str = "fwd_bwd"):
+    """One call of the library's attention at the benchmark's setting, on fresh inputs from
+    :func:`_inputs`: the forward alone, or forward + backward with the gradients reset first
+    (what scripts/profile_kernels.py and scripts/profile_host.py time)."""
+    from flashtext.kernels import flash_attention
+
+    q, k, v, do = _inputs(dtype, d, n, causal)
+    if mode == "fwd":
+        return lambda: flash_attention(q, k, v, causal=causal)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+
+    def call():
+        for t in (q, k, v):
+            t.grad = None
+        flash_attention(q, k, v, causal=causal).backward(do)
+    return call
 
 
 def _run(kernel: str, cfg, dtype: str, d: int, n: int, causal: bool, timed: bool):

@@ -90,3 +90,17 @@ def test_profile_host_switches_the_tile_loads(monkeypatch):
     assert not any(c.tma for c in _config.TUNED.values())
     mod._set_loads("descriptors")
     assert _config.TUNED == default
+
+
+def test_a_variant_tree_on_pythonpath_wins_over_the_checkout(tmp_path):
+    """probe_variants.py runs profile_kernels.py with a variant's flashtext first on PYTHONPATH;
+    importing tune_kernels (for its inputs) must not put this checkout's flashtext ahead of it."""
+    (tmp_path / "flashtext").mkdir()
+    (tmp_path / "flashtext" / "__init__.py").write_text("VARIANT = True\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import tune_kernels, flashtext; "
+            "print(getattr(flashtext, 'VARIANT', False))")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    # -S: no site packages, so no start-up hook has imported a flashtext before the test does
+    out = subprocess.run([sys.executable, "-S", "-c", code, str(SCRIPT.parent)], env=env,
+                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
