@@ -1,7 +1,7 @@
 """Host (CPU) time per call against GPU time per call, by how the kernels load their tiles.
 
     python scripts/profile_host.py [--d 128] [--n 512 4096] [--dtype fp16] [--json PATH]
-                                   [--cprofile N] [--name host_h200]
+                                   [--cprofile N] [--launch] [--name host_h200]
 
 A call is *host-bound* when Python and the launcher take longer to enqueue its kernels than the
 GPU takes to run them: the GPU then waits, and a benchmark that times the call measures the host.
@@ -69,6 +69,51 @@ def measure(call, calls: int = 50) -> dict:
             "host_bound": host_ms > 0.9 * gpu_ms}
 
 
+def launch_cost(d: int = 128, n: int = 512, calls: int = 150) -> dict:
+    """Host microseconds per launch of the forward kernel: through Triton's JIT entry point
+    (``kernel[grid](...)``: argument binding, specialisation, cache lookup) and through the
+    compiled kernel's own launcher, the path ``flashtext.kernels._config.launch`` reuses.
+    Both launch the same compiled kernel on the same arguments; the outputs must agree."""
+    import torch
+    import triton
+
+    from flashtext.kernels import forward as fwd
+
+    q, k, v, _ = tune_kernels._inputs("float16", d, n, True)
+    z, h = q.shape[:2]
+    o, o2 = torch.empty_like(q), torch.empty_like(q)
+    lse = torch.empty((z, h, n), dtype=torch.float32, device=q.device)
+    grid = (triton.cdiv(n, 128), z * h)
+    args = [q, fwd.descriptor(k, 128), fwd.descriptor(v, 128), o, lse, 0.088, *q.stride(),
+            *k.stride(), *v.stride(), *o.stride(), h, n, n]
+    consts = dict(HEAD_DIM=d, BLOCK_D=fwd.block_d(d), CAUSAL=True, INPUT_PRECISION="tf32",
+                  NEGATE_Q=False, USE_TMA=True, BLOCK_M=128, BLOCK_N=128)
+    opts = dict(num_warps=8, num_stages=3)
+    compiled = fwd._attn_fwd[grid](*args, **consts, **opts)
+    names = fwd._attn_fwd.arg_names[len(args):]
+    runner = compiled[(*grid, 1)]
+
+    def per_launch(fn) -> float:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(3e8))  # the GPU stays busy: no launch waits for a free slot
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        us = (time.perf_counter() - t0) * 1e6 / calls
+        torch.cuda.synchronize()
+        return round(us, 2)
+
+    jit_us = per_launch(lambda: fwd._attn_fwd[grid](*args, **consts, **opts))
+    args2 = list(args)
+    args2[3] = o2
+    compiled_us = per_launch(lambda: runner(*args2, *(consts[name] for name in names)))
+    torch.cuda.synchronize()
+    assert torch.equal(o, o2), "the compiled kernel's launcher gave another output"
+    return {"d": d, "n": n, "jit_launch_us": jit_us, "compiled_launch_us": compiled_us}
+
+
 def host_profile(call, top: int) -> str:
     import torch
 
@@ -94,6 +139,9 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--cprofile", type=int, default=0, metavar="N")
+    ap.add_argument("--launch", action="store_true",
+                    help="also time one launch through Triton's JIT entry and through the "
+                         "compiled kernel's launcher (what _config.launch reuses)")
     ap.add_argument("--name", default=None,
                     help="save the rows as flashtext/data/NAME.json (e.g. host_h200)")
     args = ap.parse_args()
@@ -116,6 +164,11 @@ def main() -> None:
         _set_loads("descriptors")
         print(host_profile(tune_kernels.attention_call(dtype, args.d[0], args.n[0], True),
                            args.cprofile))
+    launch = launch_cost() if args.launch else None
+    if launch:
+        print(f"one forward launch (d=128, N=512): Triton's JIT entry "
+              f"{launch['jit_launch_us']} us, the compiled kernel's launcher "
+              f"{launch['compiled_launch_us']} us of host time")
     if args.name:
         from flashtext import recorded
 
@@ -123,7 +176,7 @@ def main() -> None:
             "kind": "host_vs_gpu", "argv": sys.argv[1:], "calls": args.calls,
             "what": "host ms = Python + launch time per call, enqueued back to back; GPU ms = "
                     "the same calls queued behind a sleeping kernel (kernels alone)",
-            "rows": rows}))
+            "launch": launch, "rows": rows}))
 
 
 if __name__ == "__main__":

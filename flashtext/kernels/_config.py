@@ -112,8 +112,8 @@ def launch(kernel_fn, grid_fn, config: KernelConfig, *args, **constexprs) -> Ker
     has, retry with :meth:`KernelConfig.smaller`. Returns the configuration that ran.
 
     On a GPU a repeated launch skips Triton's argument binding: ``kernel_fn[grid](...)`` costs
-    ~50 us of Python per launch on the H200's host, the compiled kernel's own launcher ~22 us,
-    and a small fwd+bwd (four launches) is otherwise host-bound (``scripts/profile_host.py``).
+    ~50 us of Python per launch on the H200's host, the compiled kernel's own launcher ~22 us
+    (``scripts/profile_host.py --launch``), and a small fwd+bwd (four launches) is host-bound.
     The compiled kernel is reused only for arguments that look the same to Triton's
     specialiser, by a key at least as fine as its rules (:func:`_arg_key`).
     """
