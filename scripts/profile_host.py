@@ -1,7 +1,7 @@
 """Host (CPU) time per call against GPU time per call, by how the kernels load their tiles.
 
     python scripts/profile_host.py [--d 128] [--n 512 4096] [--dtype fp16] [--json PATH]
-                                   [--cprofile N] [--launch] [--name host_h200]
+                                   [--cprofile N] [--launch] [--pieces] [--name host_h200]
 
 A call is *host-bound* when Python and the launcher take longer to enqueue its kernels than the
 GPU takes to run them: the GPU then waits, and a benchmark that times the call measures the host.
@@ -114,6 +114,78 @@ def launch_cost(d: int = 128, n: int = 512, calls: int = 150) -> dict:
     return {"d": d, "n": n, "jit_launch_us": jit_us, "compiled_launch_us": compiled_us}
 
 
+def host_pieces(d: int = 128, n: int = 512, causal: bool = True, calls: int = 150) -> dict:
+    """Host microseconds of each piece of one fwd+bwd call, timed alone with the GPU kept busy
+    (so no piece waits for the GPU): validation, the configuration, tensor descriptors, the
+    output allocation, the forward with and without descriptors, autograd around empty
+    kernels, the backward, the whole call. Where the ~1 ms of a short fwd+bwd goes."""
+    import dataclasses
+
+    import torch
+
+    from flashtext.kernels import _config, api, flash_attention
+    from flashtext.kernels import backward as bwd
+    from flashtext.kernels import forward as fwd
+
+    def host_us(fn, reps: int = calls) -> float:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(2e9))  # ~1 s of GPU work: every launch below finds room to queue
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        us = (time.perf_counter() - t0) * 1e6 / reps
+        torch.cuda.synchronize()
+        return round(us, 2)
+
+    q, k, v, do = tune_kernels._inputs("float16", d, n, causal)
+    z, h, n_q, _ = q.shape
+    scale = d ** -0.5
+    cfg = _config._config("fwd", d, 2, causal, n, n)
+    plain = dataclasses.replace(cfg, tma=False)
+    o, lse = fwd.forward(q, k, v, causal, scale)
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+
+    class Empty(torch.autograd.Function):  # autograd's own cost, no kernel at all
+        @staticmethod
+        def forward(ctx, a, b, c):
+            ctx.save_for_backward(a, b, c)
+            return torch.empty_like(a)
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b, c = ctx.saved_tensors
+            return torch.empty_like(a), torch.empty_like(b), torch.empty_like(c)
+
+    def through(fn):
+        def call():
+            for t in (qg, kg, vg):
+                t.grad = None
+            fn(qg, kg, vg).backward(do)
+        return call
+
+    pieces = {
+        "validate inputs": lambda: api._validate(q, k, v, causal, None),
+        "_config": lambda: _config._config("fwd", d, 2, causal, n, n),
+        "one tensor descriptor": lambda: fwd.descriptor(k, cfg.BLOCK_N),
+        "allocate O and lse": lambda: (torch.empty_like(q),
+                                       torch.empty((z, h, n_q), dtype=torch.float32,
+                                                   device=q.device)),
+        "forward(), descriptors": lambda: fwd.forward(q, k, v, causal, scale),
+        "forward(), pointers": lambda: fwd.forward(q, k, v, causal, scale, config=plain),
+        "backward(), descriptors": lambda: bwd.backward(do, q, k, v, o, lse, causal, scale),
+        "autograd fwd+bwd around empty kernels": through(Empty.apply),
+        "flash_attention fwd+bwd": through(lambda a, b, c: flash_attention(a, b, c,
+                                                                           causal=causal)),
+    }
+    # a whole call enqueues ~10 operations: 50 of them stay under the launch queue's ~1k
+    # entries, so no call waits for the sleeping GPU to free a slot
+    reps = {"backward(), descriptors": 80, "flash_attention fwd+bwd": 50}
+    return {"d": d, "n": n, "causal": causal,
+            "host_us": {name: host_us(fn, reps.get(name, calls)) for name, fn in pieces.items()}}
+
+
 def host_profile(call, top: int) -> str:
     import torch
 
@@ -142,6 +214,9 @@ def main() -> None:
     ap.add_argument("--launch", action="store_true",
                     help="also time one launch through Triton's JIT entry and through the "
                          "compiled kernel's launcher (what _config.launch reuses)")
+    ap.add_argument("--pieces", action="store_true",
+                    help="also time the host side of each piece of one fwd+bwd (d, N: the "
+                         "first of --d, --n; causal)")
     ap.add_argument("--name", default=None,
                     help="save the rows as flashtext/data/NAME.json (e.g. host_h200)")
     args = ap.parse_args()
@@ -160,10 +235,18 @@ def main() -> None:
                         print(f"{variant:11} d={d} N={n:5} causal={causal!s:5} {mode:7}: host "
                               f"{r['host_ms']:.3f} ms, GPU {r['gpu_ms']:.3f} ms per call"
                               + ("  HOST-BOUND" if r["host_bound"] else ""), flush=True)
+    profile = None
     if args.cprofile:
         _set_loads("descriptors")
-        print(host_profile(tune_kernels.attention_call(dtype, args.d[0], args.n[0], True),
-                           args.cprofile))
+        profile = host_profile(tune_kernels.attention_call(dtype, args.d[0], args.n[0], True),
+                               args.cprofile)
+        print(profile)
+    pieces = None
+    if args.pieces:
+        _set_loads("descriptors")
+        pieces = host_pieces(args.d[0], args.n[0])
+        for name, us in pieces["host_us"].items():
+            print(f"{us:9.1f} us  {name}")
     launch = launch_cost() if args.launch else None
     if launch:
         print(f"one forward launch (d=128, N=512): Triton's JIT entry "
@@ -176,7 +259,7 @@ def main() -> None:
             "kind": "host_vs_gpu", "argv": sys.argv[1:], "calls": args.calls,
             "what": "host ms = Python + launch time per call, enqueued back to back; GPU ms = "
                     "the same calls queued behind a sleeping kernel (kernels alone)",
-            "launch": launch, "rows": rows}))
+            "launch": launch, "pieces": pieces, "cprofile": profile, "rows": rows}))
 
 
 if __name__ == "__main__":

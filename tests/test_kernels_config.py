@@ -64,6 +64,58 @@ def test_tuned_table_is_what_the_h200_measured(kernel, d):
         assert mine <= 1.03 * min(times.values()), (kernel, d, causal, mine, min(times.values()))
 
 
+# every search recorded on the H200 (scripts/tune_kernels.py --tma on) -> the kernels it timed
+SEARCHES = {"tune_h200_fwd_n512": ("fwd",), "tune_h200_fwd_n1024": ("fwd",),
+            "tune_h200_fwd_n2048": ("fwd",), "tune_h200_fwd_n16384": ("fwd",),
+            "tune_h200_bwd_n1024": ("bwd_dkdv", "bwd_dq"),
+            "tune_h200_bwd_n2048": ("bwd_dkdv", "bwd_dq"),
+            "tune_h200_tma": ("fwd", "bwd_dkdv", "bwd_dq")}  # N = 4096
+
+
+@pytest.mark.parametrize("source", SEARCHES)
+def test_chosen_configs_are_what_each_search_measured(source, monkeypatch):
+    """At every N the H200 searched (512 to 16k), for fp16 and bf16, causal and not, the
+    configuration _config picks there is within 3% of the fastest one timed: the N- and
+    causal-keyed forward (FWD_SHORT) as much as the table."""
+    from flashtext import recorded
+
+    monkeypatch.setattr(cfg._boot, "INTERPRETING", False)
+    data, kernels = recorded.load(source), SEARCHES[source]
+    groups: dict = {}
+    for r in data["rows"]:
+        if r["ms"] is not None and r["kernel"] in kernels:
+            key = (r["kernel"], r["dtype"], r["d"], r["causal"])
+            groups.setdefault(key, {})[tuple(r["config"])] = r["ms"]
+    assert {k[0] for k in groups} == set(kernels) and len(groups) >= 4 * len(kernels)
+    for (kernel, dtype, d, causal), times in groups.items():
+        c = _config(kernel, d, 2, causal, data["n"], data["n"])
+        mine = times[(c.BLOCK_M, c.BLOCK_N, c.num_warps, c.num_stages, c.tma)]
+        assert mine <= 1.03 * min(times.values()), (kernel, dtype, d, causal, data["n"], c)
+
+
+def test_short_forward_is_keyed_on_causal_n_k_and_d(monkeypatch):
+    monkeypatch.setattr(cfg._boot, "INTERPRETING", False)
+    short, table64, table128 = cfg.FWD_SHORT, cfg.TUNED[("fwd", 64)], cfg.TUNED[("fwd", 128)]
+    assert _config("fwd", 64, 2, True, 4096, 2048) == short  # keyed on N_k, not N_q
+    assert _config("fwd", 64, 2, True, 2048, 2049) == table64
+    assert _config("fwd", 100, 2, True, 16, 100) == short
+    assert _config("fwd", 64, 2, False, 512, 512) == table64
+    assert _config("fwd", 128, 2, False, 512, 512) == short
+    assert _config("fwd", 128, 2, False, 513, 513) == table128
+    assert _config("fwd", 128, 4, True, 512, 512) != short  # fp32 keeps its own table
+    assert _config("bwd_dq", 128, 2, True, 512, 512) == cfg.TUNED[("bwd_dq", 128)]
+
+
+@pytest.mark.parametrize("n,block", [(512, 128), (1024, 64), (2048, 128), (4096, 64)])
+def test_causal_tile_work_is_one_plus_block_over_n(n, block):
+    """The reason for FWD_SHORT: a causal pass with B x B tiles computes 1 + B/N times the
+    N^2/2 scores the FLOP count credits it with (tiles counted from the kernel's own plan)."""
+    from flashtext.kernels import plan
+
+    tiles = int((plan.forward_stages(n, n, block, block, causal=True) != plan.NOT_VISITED).sum())
+    assert tiles * block * block == n * n / 2 * (1 + block / n)
+
+
 class FakeKernel:
     """Raises OutOfResources for tiles with BLOCK_N > 16, like a compiler out of shared memory."""
 

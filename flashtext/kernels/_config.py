@@ -56,17 +56,21 @@ def _config(kernel: str, head_dim: int, dtype_bytes: int, causal: bool, n_q: int
 
     fp16/bf16 with head_dim <= 128 use :data:`TUNED`, the winners of ``scripts/tune_kernels.py``
     on an H200 (``flashtext/data/tune_h200.json``; ``tests/test_kernels_config.py`` checks the
-    table against it). Everything else (fp32, head_dim > 128) keeps a plain, conservative table
-    that fits one SM's shared memory; the launcher also steps down through
-    :meth:`KernelConfig.smaller` if the compiler reports that a configuration does not fit.
+    table against it), except that a short forward takes :data:`FWD_SHORT` (:func:`_short_fwd`).
+    Everything else (fp32, head_dim > 128) keeps a plain, conservative table that fits one SM's
+    shared memory; the launcher also steps down through :meth:`KernelConfig.smaller` if the
+    compiler reports that a configuration does not fit. The backward's winners did not depend
+    on causal or N enough to key on (within 2.1% at N = 1k, 2k and 4k).
     """
-    del causal, n_q, n_k  # the measured winners did not depend on them enough to key on
+    del n_q  # which tiles a causal program computes depends on N_k (see _short_fwd)
     if _boot.INTERPRETING:  # descriptors on: the CPU tests run the code path the H200 runs
         return KernelConfig(BLOCK_M=32, BLOCK_N=32, num_warps=1, num_stages=1, tma=True)
     d = block_d(head_dim)
     if kernel == "bwd_pre":
         return KernelConfig(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=1)
     if dtype_bytes == 2 and d <= 128:
+        if kernel == "fwd" and _short_fwd(d, causal, n_k):
+            return FWD_SHORT
         return TUNED[(kernel, 64 if d <= 64 else 128)]
     big = d * dtype_bytes  # bytes of one row of a tile
     if big <= 128:  # d <= 32 in fp32
@@ -92,6 +96,24 @@ TUNED: dict[tuple[str, int], KernelConfig] = {
     ("bwd_dq", 64): KernelConfig(128, 64, num_warps=4, num_stages=3, tma=True),
     ("bwd_dq", 128): KernelConfig(128, 64, num_warps=8, num_stages=3, tma=True),
 }
+
+
+# A short forward runs 64 x 64 tiles. With B x B tiles a causal pass computes
+# T(T+1)/2 tiles for T = N/B, 1 + B/N times the work of the triangle, and the diagonal tiles
+# pay for the mask besides: halving B from 128 saves 1 - (1 + 64/N)/(1 + 128/N) of the work,
+# 10% at N = 512, 6% at 1k, 3% at 2k, 1.5% at 4k. Against that, a 128-row tile reuses each K/V
+# tile for twice the rows, which wins 6-20% at 16k. Measured on the H200 (fp16 and bf16,
+# tune_h200_fwd_n512 / _n1024 / _n2048 / tune_h200_tma / _fwd_n16384), 64 x 64 wins causal up
+# to 2k (by 14-25% at 512, 5-13% at 1k, 0.3-3% at 2k) and loses from 4k (by 1-10%); without the
+# mask it wins only at d = 128 and N = 512 (by 9-12%; at 1k the table is within 2% of the best).
+FWD_SHORT = KernelConfig(64, 64, num_warps=4, num_stages=3, tma=True)
+SHORT_CAUSAL_MAX_N = 2048
+SHORT_MAX_N_D128 = 512
+
+
+def _short_fwd(d: int, causal: bool, n_k: int) -> bool:
+    """Whether a forward over ``n_k`` keys (head dim ``d`` as tiled) takes :data:`FWD_SHORT`."""
+    return n_k <= (SHORT_CAUSAL_MAX_N if causal else SHORT_MAX_N_D128 if d > 64 else 0)
 
 
 @dataclass(frozen=True)
