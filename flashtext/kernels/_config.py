@@ -134,8 +134,9 @@ def launch(kernel_fn, grid_fn, config: KernelConfig, *args, **constexprs) -> Ker
     has, retry with :meth:`KernelConfig.smaller`. Returns the configuration that ran.
 
     On a GPU a repeated launch skips Triton's argument binding: ``kernel_fn[grid](...)`` costs
-    ~50 us of Python per launch on the H200's host, the compiled kernel's own launcher ~22 us
-    (``scripts/profile_host.py --launch``), and a small fwd+bwd (four launches) is host-bound.
+    35-50 us of Python per launch on the H200's host, the compiled kernel's own launcher 17-22 us
+    (``scripts/profile_host.py --launch``, ``flashtext/data/host_launch_h200.json``), and a small
+    fwd+bwd (four launches) is host-bound.
     The compiled kernel is reused only for arguments that look the same to Triton's
     specialiser, by a key at least as fine as its rules (:func:`_arg_key`).
     """
