@@ -31,14 +31,17 @@ VARIANTS = ("descriptors", "pointers")
 
 
 def _set_loads(variant: str) -> None:
-    """Tile loads of every kernel's tuned configuration: tensor descriptors where the layout
-    allows (the library's default) or pointers everywhere."""
+    """Tile loads of every kernel's tuned configuration (the table and the short forward's):
+    tensor descriptors where the layout allows (the library's default) or pointers everywhere."""
     from flashtext.kernels import _config
 
     if not hasattr(_set_loads, "saved"):
-        _set_loads.saved = dict(_config.TUNED)
-    for key, cfg in _set_loads.saved.items():
-        _config.TUNED[key] = dataclasses.replace(cfg, tma=cfg.tma and variant != "pointers")
+        _set_loads.saved = (dict(_config.TUNED), _config.FWD_SHORT)
+    table, short = _set_loads.saved
+    pointers = variant == "pointers"
+    for key, cfg in table.items():
+        _config.TUNED[key] = dataclasses.replace(cfg, tma=cfg.tma and not pointers)
+    _config.FWD_SHORT = dataclasses.replace(short, tma=short.tma and not pointers)
 
 
 def measure(call, calls: int = 50) -> dict:

@@ -80,16 +80,26 @@ def test_profile_host_switches_the_tile_loads(monkeypatch):
     from flashtext.kernels import _config
 
     monkeypatch.setattr(_config, "TUNED", dict(_config.TUNED))
+    monkeypatch.setattr(_config, "FWD_SHORT", _config.FWD_SHORT)
+    monkeypatch.setattr(_config._boot, "INTERPRETING", False)
     spec = importlib.util.spec_from_file_location(
         "profile_host", SCRIPT.parent / "profile_host.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    default = dict(_config.TUNED)
-    assert all(c.tma for c in default.values())
+    default, short = dict(_config.TUNED), _config.FWD_SHORT
+    assert all(c.tma for c in default.values()) and short.tma
     mod._set_loads("pointers")
-    assert not any(c.tma for c in _config.TUNED.values())
+    # every configuration _config hands out, the short forward's included, loads by pointer
+    picked = {_config._config(k, d, 2, c, n, n) for k in ("fwd", "bwd_dkdv", "bwd_dq")
+              for d in (64, 128) for c in (False, True) for n in (512, 4096)}
+    assert _has_short_tiles(picked, short) and not any(c.tma for c in picked)
     mod._set_loads("descriptors")
-    assert _config.TUNED == default
+    assert _config.TUNED == default and _config.FWD_SHORT == short
+
+
+def _has_short_tiles(picked, short):  # noqa: N802
+    """The short forward's tiles are among the configurations picked (so it was checked)."""
+    return any((c.BLOCK_M, c.BLOCK_N) == (short.BLOCK_M, short.BLOCK_N) for c in picked)
 
 
 def test_a_variant_tree_on_pythonpath_wins_over_the_checkout(tmp_path):
