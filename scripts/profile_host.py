@@ -72,6 +72,24 @@ def measure(call, calls: int = 50) -> dict:
             "host_bound": host_ms > 0.9 * gpu_ms}
 
 
+def host_us(fn, reps: int, sleep_cycles: int) -> float:
+    """Host microseconds per call of ``fn`` over ``reps`` calls, queued behind a sleeping kernel
+    of ``sleep_cycles`` GPU cycles: the GPU stays busy, so no call waits for a free slot and
+    the clock times Python and the launcher alone."""
+    import torch
+
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(sleep_cycles)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    us = (time.perf_counter() - t0) * 1e6 / reps
+    torch.cuda.synchronize()
+    return round(us, 2)
+
+
 def launch_cost(d: int = 128, n: int = 512, calls: int = 150) -> dict:
     """Host microseconds per launch of the forward kernel: through Triton's JIT entry point
     (``kernel[grid](...)``: argument binding, specialisation, cache lookup) and through the
@@ -96,22 +114,11 @@ def launch_cost(d: int = 128, n: int = 512, calls: int = 150) -> dict:
     names = fwd._attn_fwd.arg_names[len(args):]
     runner = compiled[(*grid, 1)]
 
-    def per_launch(fn) -> float:
-        for _ in range(10):
-            fn()
-        torch.cuda.synchronize()
-        torch.cuda._sleep(int(3e8))  # the GPU stays busy: no launch waits for a free slot
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        us = (time.perf_counter() - t0) * 1e6 / calls
-        torch.cuda.synchronize()
-        return round(us, 2)
-
-    jit_us = per_launch(lambda: fwd._attn_fwd[grid](*args, **consts, **opts))
+    jit_us = host_us(lambda: fwd._attn_fwd[grid](*args, **consts, **opts), calls, int(3e8))
     args2 = list(args)
     args2[3] = o2
-    compiled_us = per_launch(lambda: runner(*args2, *(consts[name] for name in names)))
+    compiled_us = host_us(lambda: runner(*args2, *(consts[name] for name in names)), calls,
+                          int(3e8))
     torch.cuda.synchronize()
     assert torch.equal(o, o2), "the compiled kernel's launcher gave another output"
     return {"d": d, "n": n, "jit_launch_us": jit_us, "compiled_launch_us": compiled_us}
@@ -129,18 +136,6 @@ def host_pieces(d: int = 128, n: int = 512, causal: bool = True, calls: int = 15
     from flashtext.kernels import _config, api, flash_attention
     from flashtext.kernels import backward as bwd
     from flashtext.kernels import forward as fwd
-
-    def host_us(fn, reps: int = calls) -> float:
-        for _ in range(10):
-            fn()
-        torch.cuda.synchronize()
-        torch.cuda._sleep(int(2e9))  # ~1 s of GPU work: every launch below finds room to queue
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        us = (time.perf_counter() - t0) * 1e6 / reps
-        torch.cuda.synchronize()
-        return round(us, 2)
 
     q, k, v, do = tune_kernels._inputs("float16", d, n, causal)
     z, h, n_q, _ = q.shape
@@ -186,7 +181,8 @@ def host_pieces(d: int = 128, n: int = 512, causal: bool = True, calls: int = 15
     # entries, so no call waits for the sleeping GPU to free a slot
     reps = {"backward(), descriptors": 80, "flash_attention fwd+bwd": 50}
     return {"d": d, "n": n, "causal": causal,
-            "host_us": {name: host_us(fn, reps.get(name, calls)) for name, fn in pieces.items()}}
+            "host_us": {name: host_us(fn, reps.get(name, calls), int(2e9))  # ~1 s of GPU work
+                        for name, fn in pieces.items()}}
 
 
 def host_profile(call, top: int) -> str:
