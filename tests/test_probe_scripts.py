@@ -97,7 +97,7 @@ def test_profile_host_switches_the_tile_loads(monkeypatch):
     assert _config.TUNED == default and _config.FWD_SHORT == short
 
 
-def _has_short_tiles(picked, short):  # noqa: N802
+def _has_short_tiles(picked, short):
     """The short forward's tiles are among the configurations picked (so it was checked)."""
     return any((c.BLOCK_M, c.BLOCK_N) == (short.BLOCK_M, short.BLOCK_N) for c in picked)
 
