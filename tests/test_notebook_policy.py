@@ -43,3 +43,37 @@ def test_chapter_shape(path):
     assert positions == sorted(positions), f"{path.name}: sections out of order: {headings}"
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert "report()" in first_code.source, "the first code cell shows where the book runs"
+
+
+def stale_listings(nb: nbformat.NotebookNode) -> list[str]:
+    """Stored ``flashtext.show.source`` listings that no longer match the library's file: a
+    notebook run before a change to the code it shows would teach the old code."""
+    stale = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = out.get("data", {}).get("text/plain", "")
+            header, _, body = text.partition("\n")
+            if not header.startswith("# flashtext/") or not body:
+                continue
+            file = ROOT / header[2:]
+            if body.rstrip("\n") not in (file.read_text() if file.exists() else ""):
+                first_def = next((line for line in body.splitlines() if "def " in line), "")
+                stale.append(f"cell {cell.get('id')}: {header[2:]}: {first_def.strip()!r}")
+    return stale
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_source_listings_are_current(path):
+    nb = nbformat.read(path, as_version=4)
+    assert stale_listings(nb) == [], f"{path.name}: run `make notebooks NB={path}` to refresh"
+
+
+def test_a_listing_of_changed_code_is_stale():
+    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
+    listing = {"text/plain": "# flashtext/show.py\ndef source(obj):\n    return 'the old code'\n"}
+    nb.cells.append(nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output(
+        "display_data", data=listing)]))
+    assert len(stale_listings(nb)) == 1
+    listing["text/plain"] = "# flashtext/show.py\n" + (ROOT / "flashtext/show.py").read_text()
+    nb.cells[-1].outputs = [nbformat.v4.new_output("display_data", data=listing)]
+    assert stale_listings(nb) == []
