@@ -1,6 +1,7 @@
 """Notebooks are stored as the README says: outputs from one clean run, no errors, one kernelspec,
 minimal metadata, and every chapter in the chapter shape."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -45,26 +46,36 @@ def test_chapter_shape(path):
     assert "report()" in first_code.source, "the first code cell shows where the book runs"
 
 
-def stale_listings(nb: nbformat.NotebookNode) -> list[str]:
-    """Stored ``flashtext.show.source`` listings that no longer match the library's file: a
-    notebook run before a change to the code it shows would teach the old code."""
-    stale = []
+def listings(nb: nbformat.NotebookNode) -> list[tuple[str, str, str]]:
+    """(cell id, file, text) of every stored ``flashtext.show.source`` listing; its plain-text
+    form starts with a ``# flashtext/...`` line naming the file."""
+    found = []
     for cell in nb.cells:
         for out in cell.get("outputs", []):
-            text = out.get("data", {}).get("text/plain", "")
-            header, _, body = text.partition("\n")
-            if not header.startswith("# flashtext/") or not body:
-                continue
-            file = ROOT / header[2:]
-            if body.rstrip("\n") not in (file.read_text() if file.exists() else ""):
-                first_def = next((line for line in body.splitlines() if "def " in line), "")
-                stale.append(f"cell {cell.get('id')}: {header[2:]}: {first_def.strip()!r}")
+            header, _, body = out.get("data", {}).get("text/plain", "").partition("\n")
+            if header.startswith("# flashtext/") and body:
+                found.append((cell.get("id"), header[2:], body))
+    return found
+
+
+def stale_listings(nb: nbformat.NotebookNode) -> list[str]:
+    """Stored listings that no longer match the library's file: a notebook run before a change
+    to the code it shows would teach the old code."""
+    stale = []
+    for cell_id, name, body in listings(nb):
+        file = ROOT / name
+        if body.rstrip("\n") not in (file.read_text() if file.exists() else ""):
+            first_def = next((line for line in body.splitlines() if "def " in line), "")
+            stale.append(f"cell {cell_id}: {name}: {first_def.strip()!r}")
     return stale
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_stored_source_listings_are_current(path):
     nb = nbformat.read(path, as_version=4)
+    showing = {c.get("id") for c in nb.cells
+               if c.cell_type == "code" and re.search(r"(?<![\w.])source\(", c.source)}
+    assert showing <= {cell_id for cell_id, _, _ in listings(nb)}, "a source() cell has no listing"
     assert stale_listings(nb) == [], f"{path.name}: run `make notebooks NB={path}` to refresh"
 
 
