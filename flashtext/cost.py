@@ -108,7 +108,7 @@ def fa1_hbm_elements(n: int, d: int, m_elements: int, *, n_k: int | None = None,
     (all of K and V once). Line 8 reads Q_i, O_i, l_i, m_i and lines 12-13 write O_i, l_i, m_i
     back at every (i, j): Tc times each. With ``loop_order="q_outer"`` (loops swapped, line 6
     moved into the inner loop, the rest unchanged) K and V are read Tr times instead.
-    This is exactly what :func:`flashtext.tiled.flash_attention` records.
+    This is exactly what :func:`flashtext.tiled.algorithm1` records.
     """
     if loop_order not in LOOP_ORDERS:
         raise ValueError(f"loop_order must be one of {LOOP_ORDERS}, got {loop_order!r}")

@@ -27,7 +27,7 @@ __all__ = [
     "num_programs",
     "partial_attention",
     "split_bounds",
-    "splitkv_attention",
+    "split_attention",
     "wave_efficiency",
 ]
 
@@ -84,7 +84,7 @@ def partial_attention(q, k, v, start: int, stop: int, causal: bool = False,
     return state.output(), state.lse()
 
 
-def splitkv_attention(q, k, v, num_splits: int, causal: bool = False,
+def split_attention(q, k, v, num_splits: int, causal: bool = False,
                       scale: float | None = None, return_lse: bool = False,
                       return_partials: bool = False):
     """Attention computed as Flash-Decoding does: ``num_splits`` partial results over disjoint

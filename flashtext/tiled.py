@@ -6,7 +6,7 @@ The point of this module is not speed but bookkeeping you can see:
   puts on chip is named; putting one more than fits raises :class:`SRAMOverflow`.
 * :class:`HBM` is the off-chip memory. It holds Q, K, V, O, l, m and records every read and
   write, in elements, by tensor and by the line of Algorithm 1 that made it.
-* :func:`flash_attention` runs lines 1-16 of Algorithm 1 (batch size 1, one head) on them and
+* :func:`algorithm1` runs lines 1-16 of Algorithm 1 (batch size 1, one head) on them and
   returns a :class:`Run`. A ``hook`` sees every (i, j) iteration as a :class:`Step`, with the
   two halves of line 12 (the "green" old-output term and the "yellow" current-block term).
 * :func:`standard_attention` is the paper's Algorithm 0 on the same HBM counter.
@@ -28,7 +28,7 @@ from flashtext import cost
 from flashtext.online import rescale_factor
 from flashtext.reference import Align, causal_mask, default_scale
 
-__all__ = ["HBM", "SRAM", "Line12", "Run", "SRAMOverflow", "Step", "flash_attention",
+__all__ = ["HBM", "SRAM", "Line12", "Run", "SRAMOverflow", "Step", "algorithm1",
            "line12_paper", "standard_attention"]
 
 # line12(o_i, l_i, m_i, p_tilde, m_tilde, v_j, l_new, m_new) -> the new O_i
@@ -182,7 +182,7 @@ class Step:
 
 @dataclass
 class Run:
-    """What :func:`flash_attention` returns: the output and everything it did to get there."""
+    """What :func:`algorithm1` returns: the output and everything it did to get there."""
 
     o: np.ndarray
     l: np.ndarray  # noqa: E741  (the paper's name)
@@ -227,7 +227,7 @@ def _safe_exp(x: np.ndarray, shift: np.ndarray) -> np.ndarray:
 
 
 def line12_paper(o_i, l_i, m_i, p_tilde, m_tilde, v_j, l_new, m_new) -> np.ndarray:
-    """Line 12 on its own, in its three moves (what :func:`flash_attention` does inline).
+    """Line 12 on its own, in its three moves (what :func:`algorithm1` does inline).
 
     diag(l_new)^-1 (diag(l_i) e^{m_i - m_new} O_i + e^{m~ - m_new} P~ V_j), with the
     conventions for rows that have seen no unmasked key yet: e^{-inf - (-inf)} is taken as 0,
@@ -240,13 +240,13 @@ def line12_paper(o_i, l_i, m_i, p_tilde, m_tilde, v_j, l_new, m_new) -> np.ndarr
     return inv[:, None] * (green + yellow)  # move 3: re-normalise by the new l
 
 
-def flash_attention(q, k, v, m_elements: int, *, causal: bool = False,
-                    scale: float | None = None, align: Align = "bottom_right",
-                    sram_elements: int | None = None, bc: int | None = None,
-                    br: int | None = None, loop_order: str = "kv_outer",
-                    hook: Callable[[Step], None] | None = None, trace: bool = False,
-                    line12: Line12 | None = None, l_init: float = 0.0,
-                    m_init: float = -np.inf) -> Run:
+def algorithm1(q, k, v, m_elements: int, *, causal: bool = False,
+               scale: float | None = None, align: Align = "bottom_right",
+               sram_elements: int | None = None, bc: int | None = None,
+               br: int | None = None, loop_order: str = "kv_outer",
+               hook: Callable[[Step], None] | None = None, trace: bool = False,
+               line12: Line12 | None = None, l_init: float = 0.0,
+               m_init: float = -np.inf) -> Run:
     """Algorithm 1 (FlashAttention forward), line by line, on a simulated SRAM and HBM.
 
     ``m_elements`` is the M of line 1 (on-chip memory in elements) that picks the block sizes;

@@ -33,7 +33,7 @@ VARIANTS = ("descriptors", "pointers")
 def _set_loads(variant: str) -> None:
     """Tile loads of every kernel's tuned configuration (the table and the short forward's):
     tensor descriptors where the layout allows (the library's default) or pointers everywhere."""
-    from flashtext.kernels import _config
+    from flashtext.kernels import config as _config
 
     if not hasattr(_set_loads, "saved"):
         _set_loads.saved = (dict(_config.TUNED), _config.FWD_SHORT)
@@ -93,11 +93,12 @@ def host_us(fn, reps: int, sleep_cycles: int) -> float:
 def launch_cost(d: int = 128, n: int = 512, calls: int = 150) -> dict:
     """Host microseconds per launch of the forward kernel: through Triton's JIT entry point
     (``kernel[grid](...)``: argument binding, specialisation, cache lookup) and through the
-    compiled kernel's own launcher, the path ``flashtext.kernels._config.launch`` reuses.
+    compiled kernel's own launcher, the path ``flashtext.kernels.launcher.launch`` reuses.
     Both launch the same compiled kernel on the same arguments; the outputs must agree."""
     import torch
     import triton
 
+    from flashtext.kernels import descriptors
     from flashtext.kernels import forward as fwd
 
     q, k, v, _ = tune_kernels._inputs("float16", d, n, True)
@@ -105,8 +106,8 @@ def launch_cost(d: int = 128, n: int = 512, calls: int = 150) -> dict:
     o, o2 = torch.empty_like(q), torch.empty_like(q)
     lse = torch.empty((z, h, n), dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(n, 128), z * h)
-    args = [q, fwd.descriptor(k, 128), fwd.descriptor(v, 128), o, lse, 0.088, *q.stride(),
-            *k.stride(), *v.stride(), *o.stride(), h, n, n]
+    args = [q, descriptors.descriptor(k, 128), descriptors.descriptor(v, 128), o, lse, 0.088,
+            *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, n, n]
     consts = dict(HEAD_DIM=d, BLOCK_D=fwd.block_d(d), CAUSAL=True, INPUT_PRECISION="tf32",
                   NEGATE_Q=False, USE_TMA=True, BLOCK_M=128, BLOCK_N=128)
     opts = dict(num_warps=8, num_stages=3)
@@ -133,14 +134,15 @@ def host_pieces(d: int = 128, n: int = 512, causal: bool = True, calls: int = 15
 
     import torch
 
-    from flashtext.kernels import _config, api, flash_attention
+    from flashtext.kernels import api, descriptors, flash_attention
     from flashtext.kernels import backward as bwd
+    from flashtext.kernels import config as _config
     from flashtext.kernels import forward as fwd
 
     q, k, v, do = tune_kernels._inputs("float16", d, n, causal)
     z, h, n_q, _ = q.shape
     scale = d ** -0.5
-    cfg = _config._config("fwd", d, 2, causal, n, n)
+    cfg = _config.launch_config("fwd", d, 2, causal, n, n)
     plain = dataclasses.replace(cfg, tma=False)
     o, lse = fwd.forward(q, k, v, causal, scale)
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
@@ -165,8 +167,8 @@ def host_pieces(d: int = 128, n: int = 512, causal: bool = True, calls: int = 15
 
     pieces = {
         "validate inputs": lambda: api._validate(q, k, v, causal, None),
-        "_config": lambda: _config._config("fwd", d, 2, causal, n, n),
-        "one tensor descriptor": lambda: fwd.descriptor(k, cfg.BLOCK_N),
+        "launch_config": lambda: _config.launch_config("fwd", d, 2, causal, n, n),
+        "one tensor descriptor": lambda: descriptors.descriptor(k, cfg.BLOCK_N),
         "allocate O and lse": lambda: (torch.empty_like(q),
                                        torch.empty((z, h, n_q), dtype=torch.float32,
                                                    device=q.device)),
@@ -212,7 +214,7 @@ def main() -> None:
     ap.add_argument("--cprofile", type=int, default=0, metavar="N")
     ap.add_argument("--launch", action="store_true",
                     help="also time one launch through Triton's JIT entry and through the "
-                         "compiled kernel's launcher (what _config.launch reuses)")
+                         "compiled kernel's launcher (what launcher.launch reuses)")
     ap.add_argument("--pieces", action="store_true",
                     help="also time the host side of each piece of one fwd+bwd (d, N: the "
                          "first of --d, --n; causal)")

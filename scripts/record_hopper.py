@@ -329,12 +329,12 @@ def sm90_preview() -> dict:
     from triton.compiler import ASTSource
 
     from flashtext.kernels import forward as fwd
-    from flashtext.kernels._config import _config, block_d
+    from flashtext.kernels.config import block_d, launch_config
 
     target = GPUTarget("cuda", 90, 32)
     out = {"triton": triton.__version__, "target": "sm_90", "library_forward": [], "probes": []}
     for d in (128,):
-        cfg = _config("fwd", d, 2, True, 4096, 4096)
+        cfg = launch_config("fwd", d, 2, True, 4096, 4096)
         sig = {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "O": "*fp16", "LSE": "*fp32",
                "sm_scale": "fp32"}
         sig.update({name: "i32" for name in fwd._attn_fwd.arg_names[6:25]})

@@ -58,7 +58,7 @@ def compile_one(kernel: str, cfg: tuple[int, int, int, int], d: int, causal: boo
     from triton.compiler import ASTSource
 
     from flashtext.kernels import backward, forward
-    from flashtext.kernels._config import block_d
+    from flashtext.kernels.config import block_d
 
     fn = {"fwd": forward._attn_fwd, "bwd_dkdv": backward._attn_bwd_dkdv,
           "bwd_dq": backward._attn_bwd_dq}[kernel]

@@ -5,7 +5,7 @@
 For each (dtype, head_dim, causal) it times every candidate configuration of the forward kernel
 and of the two main backward kernels (dK/dV and dQ) at the benchmark's setting (batch * N = 16k
 tokens, heads * d = 2048), and writes all timings to ``flashtext/data/<out>.json``. The table in
-``flashtext/kernels/_config.py`` is then written from these winners by hand, so tests and
+``flashtext/kernels/config.py`` is then written from these winners by hand, so tests and
 notebooks never pay for autotuning. Compilation is done first, in parallel worker processes that
 fill Triton's on-disk cache; timing then runs in one process, one kernel at a time.
 """
@@ -90,7 +90,7 @@ def _run(kernel: str, cfg, dtype: str, d: int, n: int, causal: bool, timed: bool
 
     from flashtext.kernels import backward as bwd
     from flashtext.kernels import forward as fwd
-    from flashtext.kernels._config import KernelConfig
+    from flashtext.kernels.config import KernelConfig
 
     # a configuration that does not fit must fail here, not quietly run a smaller one
     KernelConfig.smaller = lambda self: None

@@ -26,6 +26,17 @@ def _rand(*shape, dtype=torch.float32, seed=0, device=DEVICE):
     return torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
 
 
+def launched_on(fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)``; return its result and the set of addresses of every tensor
+    its kernel launches were handed (directly or through a tensor descriptor)."""
+    from flashtext.kernels.launcher import watch_launches
+
+    with watch_launches() as launches:
+        result = fn(*args, **kwargs)
+    assert launches, "no kernel was launched"
+    return result, set().union(*(launch.data_ptrs() for launch in launches))
+
+
 def _poisoned(t: torch.Tensor, extra_rows: int = 48, extra_cols: int = 32) -> torch.Tensor:
     """A view of ``t`` inside a larger buffer whose extra rows and columns hold NaN: a kernel
     that reads past the end of a row or of the sequence turns the result into NaN. Padding by

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from flashtext import reference
-from flashtext.kernels._config import KernelConfig
 from flashtext.kernels.accuracy import Case, compare, measure
 from flashtext.kernels.backward import backward, preprocess
+from flashtext.kernels.config import KernelConfig
 from flashtext.kernels.forward import forward
 from tests.kernel_helpers import (
     CPU_SWEEP,
@@ -24,6 +24,7 @@ from tests.kernel_helpers import (
     _poisoned,
     _rand,
     gpu,
+    launched_on,
 )
 
 
@@ -124,16 +125,18 @@ def test_any_strides_without_copy():
     v = _rand(1, 3, 64, 32, seed=6).expand(2, 3, 64, 32)
     do = _rand(1, 1, 1, 1, seed=7).expand(2, 3, 50, 32)  # what o.sum().backward() sends
     for causal in (False, True):
+        scale = 1 / math.sqrt(32)
+        o, lse = forward(q, k, v, causal, scale)
+        # no copies: the kernels are handed the caller's own memory, not a contiguous copy
+        _, read = launched_on(backward, do, q, k, v, o, lse, causal, scale)
+        assert {t.data_ptr() for t in (q, k, v, do)} <= read, "the backward copied an input"
         strided = _check_grads(q, k, v, do, causal)
-        dense_inputs = [t.contiguous() for t in (q, k, v, do)]
-        if ON_GPU:
-            # Compiled, strided and dense inputs specialize differently (strides not divisible
-            # by 16, k's stride 2): the loads get other layouts, and the reductions that follow
-            # them (D = rowsum(dO * O)) add in another order. Both must meet the bound.
-            _check_grads(*dense_inputs, causal)
-        else:
-            dense = _grads(*dense_inputs, causal)
-            assert all(torch.equal(a, b) for a, b in zip(strided, dense, strict=True))
+        # Strided and dense inputs take other load paths (pointers vs tensor descriptors) and
+        # compile to other variants: both must meet the float64 bound, and they agree within
+        # fp32 rounding, never bit for bit (another layout, another summation order)
+        dense = _check_grads(*(t.contiguous() for t in (q, k, v, do)), causal)
+        for a, b in zip(strided, dense, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5 * max(1.0, b.abs().max().item()))
 
 
 def test_extreme_scores():

@@ -7,8 +7,10 @@ import pytest
 import torch
 from triton.runtime.errors import OutOfResources
 
-from flashtext.kernels import _config as cfg
-from flashtext.kernels._config import KernelConfig, _config, block_d, launch
+from flashtext.kernels import config as cfg
+from flashtext.kernels import fastpath, launcher
+from flashtext.kernels.config import KernelConfig, block_d, launch_config
+from flashtext.kernels.launcher import launch
 from tests.kernel_helpers import _rand, gpu
 
 
@@ -29,20 +31,21 @@ def test_smaller_steps_down_to_the_minimum():
 
 def test_one_config_under_the_interpreter(monkeypatch):
     monkeypatch.setattr(cfg._boot, "INTERPRETING", True)
-    configs = {_config(k, d, b, c, 100, 100) for k in ("fwd", "bwd_dkdv", "bwd_dq", "bwd_pre")
+    configs = {launch_config(k, d, b, c, 100, 100) for k in ("fwd", "bwd_dkdv", "bwd_dq", "bwd_pre")
                for d in (16, 64, 256) for b in (2, 4) for c in (False, True)}
     assert configs == {KernelConfig(32, 32, num_warps=1, num_stages=1, tma=True)}
 
 
 def test_gpu_table(monkeypatch):
-    monkeypatch.setattr(cfg._boot, "INTERPRETING", False)
+    monkeypatch.setattr(launcher._boot, "INTERPRETING", False)
     for kernel in ("fwd", "bwd_dkdv", "bwd_dq", "bwd_pre"):
         for d in (16, 40, 64, 128, 256):
             for size in (2, 4):
-                c = _config(kernel, d, size, True, 4096, 4096)
+                c = launch_config(kernel, d, size, True, 4096, 4096)
                 assert c.BLOCK_M >= 16 and c.BLOCK_N >= 16 and c.num_warps in (4, 8)
-    assert _config("fwd", 64, 2, False, 1, 1) == cfg.TUNED[("fwd", 64)]
-    assert _config("fwd", 64, 4, False, 1, 1) == KernelConfig(64, 64, 4, 2)  # fp32: plain table
+    assert launch_config("fwd", 64, 2, False, 1, 1) == cfg.TUNED[("fwd", 64)]
+    # fp32: the plain table
+    assert launch_config("fwd", 64, 4, False, 1, 1) == KernelConfig(64, 64, 4, 2)
 
 
 @pytest.mark.parametrize("kernel", ["fwd", "bwd_dkdv", "bwd_dq"])
@@ -79,7 +82,7 @@ def test_chosen_configs_are_what_each_search_measured(source, monkeypatch):
     causal-keyed forward (FWD_SHORT) as much as the table."""
     from flashtext import recorded
 
-    monkeypatch.setattr(cfg._boot, "INTERPRETING", False)
+    monkeypatch.setattr(launcher._boot, "INTERPRETING", False)
     data, kernels = recorded.load(source), SEARCHES[source]
     groups: dict = {}
     for r in data["rows"]:
@@ -88,22 +91,22 @@ def test_chosen_configs_are_what_each_search_measured(source, monkeypatch):
             groups.setdefault(key, {})[tuple(r["config"])] = r["ms"]
     assert {k[0] for k in groups} == set(kernels) and len(groups) >= 4 * len(kernels)
     for (kernel, dtype, d, causal), times in groups.items():
-        c = _config(kernel, d, 2, causal, data["n"], data["n"])
+        c = launch_config(kernel, d, 2, causal, data["n"], data["n"])
         mine = times[(c.BLOCK_M, c.BLOCK_N, c.num_warps, c.num_stages, c.tma)]
         assert mine <= 1.03 * min(times.values()), (kernel, dtype, d, causal, data["n"], c)
 
 
 def test_short_forward_is_keyed_on_causal_n_k_and_d(monkeypatch):
-    monkeypatch.setattr(cfg._boot, "INTERPRETING", False)
+    monkeypatch.setattr(launcher._boot, "INTERPRETING", False)
     short, table64, table128 = cfg.FWD_SHORT, cfg.TUNED[("fwd", 64)], cfg.TUNED[("fwd", 128)]
-    assert _config("fwd", 64, 2, True, 4096, 2048) == short  # keyed on N_k, not N_q
-    assert _config("fwd", 64, 2, True, 2048, 2049) == table64
-    assert _config("fwd", 100, 2, True, 16, 100) == short
-    assert _config("fwd", 64, 2, False, 512, 512) == table64
-    assert _config("fwd", 128, 2, False, 512, 512) == short
-    assert _config("fwd", 128, 2, False, 513, 513) == table128
-    assert _config("fwd", 128, 4, True, 512, 512) != short  # fp32 keeps its own table
-    assert _config("bwd_dq", 128, 2, True, 512, 512) == cfg.TUNED[("bwd_dq", 128)]
+    assert launch_config("fwd", 64, 2, True, 4096, 2048) == short  # keyed on N_k, not N_q
+    assert launch_config("fwd", 64, 2, True, 2048, 2049) == table64
+    assert launch_config("fwd", 100, 2, True, 16, 100) == short
+    assert launch_config("fwd", 64, 2, False, 512, 512) == table64
+    assert launch_config("fwd", 128, 2, False, 512, 512) == short
+    assert launch_config("fwd", 128, 2, False, 513, 513) == table128
+    assert launch_config("fwd", 128, 4, True, 512, 512) != short  # fp32 keeps its own table
+    assert launch_config("bwd_dq", 128, 2, True, 512, 512) == cfg.TUNED[("bwd_dq", 128)]
 
 
 @pytest.mark.parametrize("n,block", [(512, 128), (1024, 64), (2048, 128), (4096, 64)])
@@ -153,25 +156,25 @@ def test_launch_gives_up_when_nothing_fits():
 # --- the fast path: a repeated GPU launch reuses the compiled kernel ---------------------------
 
 def test_arg_key_is_at_least_as_fine_as_tritons_specialisation():
-    from flashtext.kernels._config import _NO_KEY, _arg_key
+    from flashtext.kernels.fastpath import _NO_KEY, arg_key
 
     buf = torch.zeros(64, dtype=torch.float16)
     aligned, shifted = buf[:32], buf[1:33]  # addresses 16-byte aligned and 2 bytes past it
-    assert _arg_key(aligned) != _arg_key(shifted)
-    assert _arg_key(aligned) == _arg_key(buf[8:40])  # 16 bytes further: Triton sees the same
-    assert _arg_key(aligned) != _arg_key(aligned.float())  # dtype
-    assert _arg_key(16) != _arg_key(17) != _arg_key(1)  # every integer value
-    assert _arg_key(True) != _arg_key(1)  # bool is an int subclass, but not the same argument
-    assert _arg_key(0.5) == _arg_key(-3.0)  # floats are never specialised on
-    assert _arg_key(object()) is _NO_KEY  # unknown kinds of argument: no fast path
+    assert arg_key(aligned) != arg_key(shifted)
+    assert arg_key(aligned) == arg_key(buf[8:40])  # 16 bytes further: Triton sees the same
+    assert arg_key(aligned) != arg_key(aligned.float())  # dtype
+    assert arg_key(16) != arg_key(17) != arg_key(1)  # every integer value
+    assert arg_key(True) != arg_key(1)  # bool is an int subclass, but not the same argument
+    assert arg_key(0.5) == arg_key(-3.0)  # floats are never specialised on
+    assert arg_key(object()) is _NO_KEY  # unknown kinds of argument: no fast path
 
     class Desc:  # the fields of triton.tools.tensor_descriptor.TensorDescriptor
         def __init__(self, base, block):
             self.base, self.shape, self.strides = base, [32], [1]
             self.block_shape, self.padding = block, "zero"
 
-    assert _arg_key(Desc(aligned, [16])) != _arg_key(Desc(aligned, [32]))
-    assert _arg_key(Desc(aligned, [16])) != _arg_key(Desc(shifted, [16]))
+    assert arg_key(Desc(aligned, [16])) != arg_key(Desc(aligned, [32]))
+    assert arg_key(Desc(aligned, [16])) != arg_key(Desc(shifted, [16]))
 
 
 class FakeCompiled:
@@ -206,9 +209,9 @@ class FakeJit:
 
 
 def test_a_repeated_launch_takes_the_compiled_kernel(monkeypatch):
-    monkeypatch.setattr(cfg._boot, "INTERPRETING", False)
+    monkeypatch.setattr(launcher._boot, "INTERPRETING", False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(cfg, "_COMPILED", {})
+    monkeypatch.setattr(fastpath, "COMPILED", {})
     k, c = FakeJit(), KernelConfig(64, 32, 4, 2)
     a, b = torch.zeros(8), torch.zeros(8)
     launch(k, lambda c: (2, 3), c, a, b, 100, X=7)
@@ -226,17 +229,17 @@ def test_fast_path_matches_tritons_own_launch_and_follows_alignment():
     from flashtext.kernels.forward import forward
 
     q, k, v = (_rand(2, 3, 200, 64, dtype=torch.float16, seed=s) for s in range(3))
-    cfg._COMPILED.clear()
+    fastpath.COMPILED.clear()
     first = forward(q, k, v, True, 0.125)  # Triton's launch path; remembers the kernel
-    assert cfg._COMPILED
+    assert fastpath.COMPILED
     second = forward(q, k, v, True, 0.125)  # the fast path
     assert all(torch.equal(x, y) for x, y in zip(first, second, strict=True))
     # a view 2 bytes off alignment must not reuse the aligned kernel: compare to the reference
     buf = torch.empty(q.numel() + 1, dtype=q.dtype, device=q.device)
     q_odd = buf[1:].view_as(q)
     q_odd.copy_(q)
-    entries = len(cfg._COMPILED)
+    entries = len(fastpath.COMPILED)
     for _ in range(2):
         o_odd, _ = forward(q_odd, k, v, True, 0.125)
-    assert len(cfg._COMPILED) == entries + 1
+    assert len(fastpath.COMPILED) == entries + 1
     assert torch.allclose(o_odd.float(), first[0].float(), atol=2e-3, rtol=0)

@@ -14,7 +14,7 @@ import flashtext.kernels.backward as B
 import flashtext.kernels.forward as F
 from flashtext import _boot, fa2
 from flashtext.kernels import plan
-from flashtext.kernels._config import KernelConfig
+from flashtext.kernels.config import KernelConfig
 
 blocks = st.sampled_from([16, 32, 64, 128])
 lengths = st.integers(min_value=1, max_value=600)

@@ -77,7 +77,7 @@ def test_spill_report_compiles_for_sm90_without_a_gpu():
 def test_profile_host_switches_the_tile_loads(monkeypatch):
     import importlib
 
-    from flashtext.kernels import _config
+    from flashtext.kernels import config as _config
 
     monkeypatch.setattr(_config, "TUNED", dict(_config.TUNED))
     monkeypatch.setattr(_config, "FWD_SHORT", _config.FWD_SHORT)
@@ -89,8 +89,8 @@ def test_profile_host_switches_the_tile_loads(monkeypatch):
     default, short = dict(_config.TUNED), _config.FWD_SHORT
     assert all(c.tma for c in default.values()) and short.tma
     mod._set_loads("pointers")
-    # every configuration _config hands out, the short forward's included, loads by pointer
-    picked = {_config._config(k, d, 2, c, n, n) for k in ("fwd", "bwd_dkdv", "bwd_dq")
+    # every configuration launch_config hands out, the short forward's included, loads by pointer
+    picked = {_config.launch_config(k, d, 2, c, n, n) for k in ("fwd", "bwd_dkdv", "bwd_dq")
               for d in (64, 128) for c in (False, True) for n in (512, 4096)}
     assert _has_short_tiles(picked, short) and not any(c.tma for c in picked)
     mod._set_loads("descriptors")

@@ -30,7 +30,7 @@ def test_split_bounds():
 def test_numpy_split_equals_reference(causal, num_splits, n_q, n_k):
     rng = np.random.default_rng(num_splits)
     q, k, v = (rng.standard_normal((2, n, 16)) for n in (n_q, n_k, n_k))
-    out, lse = splitkv.splitkv_attention(q, k, v, num_splits, causal=causal, return_lse=True)
+    out, lse = splitkv.split_attention(q, k, v, num_splits, causal=causal, return_lse=True)
     ref_out, ref_lse = reference.attention(q, k, v, causal=causal, return_lse=True)
     np.testing.assert_allclose(out, ref_out, atol=1e-12)
     np.testing.assert_allclose(lse, ref_lse, atol=1e-12)  # includes -inf rows (n_q > n_k)
@@ -39,7 +39,7 @@ def test_numpy_split_equals_reference(causal, num_splits, n_q, n_k):
 def test_partials_are_each_chunk_alone():
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((3, n, 8)) for n in (2, 40, 40))
-    out, lse, parts, part_lse = splitkv.splitkv_attention(q, k, v, 4, return_lse=True,
+    out, lse, parts, part_lse = splitkv.split_attention(q, k, v, 4, return_lse=True,
                                                          return_partials=True)
     assert parts.shape == (4, 3, 2, 8) and part_lse.shape == (4, 3, 2)
     for s, (a, b) in enumerate(splitkv.split_bounds(40, 4)):

@@ -32,7 +32,7 @@ CASES = [  # (N, Nk, d, M): block multiples, ragged last blocks, Bc <= d, Bc > d
 @pytest.mark.parametrize("n,n_k,d,m", CASES)
 def test_matches_reference_and_counts(n, n_k, d, m, causal, loop_order):
     q, k, v = qkv(n, d, n_k)
-    run = tiled.flash_attention(q, k, v, m, causal=causal, loop_order=loop_order,
+    run = tiled.algorithm1(q, k, v, m, causal=causal, loop_order=loop_order,
                                 sram_elements=roomy(m, d))
     out, lse = reference.attention(q, k, v, causal=causal, return_lse=True)
     np.testing.assert_allclose(run.o, out, rtol=1e-12, atol=1e-13)
@@ -47,7 +47,7 @@ def test_matches_reference_and_counts(n, n_k, d, m, causal, loop_order):
        m=st.integers(1, 600), causal=st.booleans(), seed=st.integers(0, 2**16))
 def test_any_shape_any_budget(n, n_k, d, m, causal, seed):
     q, k, v = qkv(n, d, n_k, seed)
-    run = tiled.flash_attention(q, k, v, m, causal=causal, sram_elements=roomy(m, d))
+    run = tiled.algorithm1(q, k, v, m, causal=causal, sram_elements=roomy(m, d))
     np.testing.assert_allclose(run.o, reference.attention(q, k, v, causal=causal),
                                rtol=1e-11, atol=1e-12)
     assert run.hbm.total == cost.fa1_hbm_total(n, d, m, n_k=n_k)
@@ -56,14 +56,14 @@ def test_any_shape_any_budget(n, n_k, d, m, causal, seed):
 
 def test_huge_scores_do_not_overflow():
     q, k, v = qkv(48, 8, spread=400.0)  # scores in the thousands: exp would overflow unshifted
-    run = tiled.flash_attention(q, k, v, 256, sram_elements=roomy(256, 8))
+    run = tiled.algorithm1(q, k, v, 256, sram_elements=roomy(256, 8))
     assert np.all(np.isfinite(run.o))
     np.testing.assert_allclose(run.o, reference.attention(q, k, v), rtol=1e-10, atol=1e-12)
 
 
 def test_explicit_block_sizes():
     q, k, v = qkv(45, 8)
-    run = tiled.flash_attention(q, k, v, 10_000, bc=7, br=5)
+    run = tiled.algorithm1(q, k, v, 10_000, bc=7, br=5)
     assert (run.bc, run.br, run.tr, run.tc) == (7, 5, 9, 7)
     np.testing.assert_allclose(run.o, reference.attention(q, k, v), rtol=1e-12, atol=1e-13)
     assert run.hbm.by_tensor() == cost.fa1_hbm_elements(45, 8, 10_000, bc=7, br=5)
@@ -72,7 +72,7 @@ def test_explicit_block_sizes():
 def test_peak_sram_is_the_itemised_budget():
     m, d = 3000, 16  # Bc = 47 > d: Br = 16
     q, k, v = qkv(200, d)
-    run = tiled.flash_attention(q, k, v, m, sram_elements=roomy(m, d))
+    run = tiled.algorithm1(q, k, v, m, sram_elements=roomy(m, d))
     assert run.sram.peak == roomy(m, d)
     assert run.sram.peak_contents == {"K_j": 47 * 16, "V_j": 47 * 16, "Q_i": 256, "O_i": 256,
                                       "l_i": 16, "m_i": 16, "S_ij": 16 * 47, "m~_ij": 16,
@@ -83,10 +83,10 @@ def test_peak_sram_is_the_itemised_budget():
 def test_sram_refuses_the_papers_budget_when_bc_le_d():
     q, k, v = qkv(64, 32)
     with pytest.raises(tiled.SRAMOverflow, match="M = 4,096"):
-        tiled.flash_attention(q, k, v, 4096)  # Bc = Br = 32 = d: Q, K, V, O alone fill M
+        tiled.algorithm1(q, k, v, 4096)  # Bc = Br = 32 = d: Q, K, V, O alone fill M
     with pytest.raises(tiled.SRAMOverflow):
-        tiled.flash_attention(q, k, v, 4096, sram_elements=roomy(4096, 32) - 1)
-    tiled.flash_attention(q, k, v, 4096, sram_elements=roomy(4096, 32))
+        tiled.algorithm1(q, k, v, 4096, sram_elements=roomy(4096, 32) - 1)
+    tiled.algorithm1(q, k, v, 4096, sram_elements=roomy(4096, 32))
 
 
 def test_sram_object():
@@ -106,7 +106,7 @@ def test_sram_object():
 def test_hbm_by_line():
     n, d, m = 40, 4, 64  # Bc = 4, Br = 4: Tc = 10
     q, k, v = qkv(n, d)
-    lines = tiled.flash_attention(q, k, v, m, sram_elements=roomy(m, d)).hbm.by_line()
+    lines = tiled.algorithm1(q, k, v, m, sram_elements=roomy(m, d)).hbm.by_line()
     tc = 10
     assert lines == {2: {"reads": 0, "writes": n * d + 2 * n},
                      6: {"reads": 2 * n * d, "writes": 0},
@@ -119,7 +119,7 @@ def test_hook_sees_every_iteration_in_order_and_line12_terms():
     q, k, v = qkv(23, 4, 31)
     m = 40  # Bc = 3 > d? no: Bc = ceil(40/16) = 3 <= d = 4, so Br = 3
     seen = []
-    run = tiled.flash_attention(q, k, v, m, sram_elements=roomy(m, 4), hook=seen.append,
+    run = tiled.algorithm1(q, k, v, m, sram_elements=roomy(m, 4), hook=seen.append,
                                 trace=True)
     assert [(s.i, s.j) for s in seen] == [(i, j) for j in range(run.tc) for i in range(run.tr)]
     assert len(run.steps) == run.tr * run.tc
@@ -138,7 +138,7 @@ def test_hook_sees_every_iteration_in_order_and_line12_terms():
 
 def test_swapped_loops_reread_kv():
     q, k, v = qkv(60, 4)
-    runs = {lo: tiled.flash_attention(q, k, v, 64, loop_order=lo, sram_elements=roomy(64, 4))
+    runs = {lo: tiled.algorithm1(q, k, v, 64, loop_order=lo, sram_elements=roomy(64, 4))
             for lo in cost.LOOP_ORDERS}
     a, b = runs["kv_outer"], runs["q_outer"]
     np.testing.assert_array_equal(a.o, b.o)  # same per-row order of blocks: same rounding too
@@ -172,14 +172,14 @@ def test_bad_input(bad, match):
     args = dict(q=np.zeros((4, 3)), k=np.zeros((4, 3)), v=np.zeros((4, 3)), m_elements=100)
     args.update(bad)
     with pytest.raises(ValueError, match=match):
-        tiled.flash_attention(**args)
+        tiled.algorithm1(**args)
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_line12_paper_is_the_default(causal):
     q, k, v = qkv(40, 4, 33, seed=3)
-    a = tiled.flash_attention(q, k, v, 48, causal=causal, sram_elements=roomy(48, 4))
-    b = tiled.flash_attention(q, k, v, 48, causal=causal, sram_elements=roomy(48, 4),
+    a = tiled.algorithm1(q, k, v, 48, causal=causal, sram_elements=roomy(48, 4))
+    b = tiled.algorithm1(q, k, v, 48, causal=causal, sram_elements=roomy(48, 4),
                               line12=tiled.line12_paper)
     np.testing.assert_allclose(b.o, a.o, rtol=1e-14, atol=1e-15)
 
@@ -192,17 +192,17 @@ def test_line12_without_rescale_is_wrong_when_the_max_moves():
     def dropped(o_i, l_i, m_i, p_t, m_t, v_j, l_new, m_new):
         return (l_i[:, None] * o_i + p_t @ v_j) / l_new[:, None]
 
-    run = tiled.flash_attention(q, k, v, 8, line12=dropped, sram_elements=100, scale=1.0)
+    run = tiled.algorithm1(q, k, v, 8, line12=dropped, sram_elements=100, scale=1.0)
     assert np.abs(run.o - reference.attention(q, k, v, scale=1.0)).max() > 0.1
 
 
 def test_l_init_one_is_harmless_but_not_with_a_finite_m():
     q, k, v = qkv(30, 4, seed=5)
-    base = tiled.flash_attention(q, k, v, 48, sram_elements=roomy(48, 4))
-    one = tiled.flash_attention(q, k, v, 48, sram_elements=roomy(48, 4), l_init=1.0)
+    base = tiled.algorithm1(q, k, v, 48, sram_elements=roomy(48, 4))
+    one = tiled.algorithm1(q, k, v, 48, sram_elements=roomy(48, 4), l_init=1.0)
     np.testing.assert_array_equal(one.o, base.o)
     np.testing.assert_array_equal(one.l, base.l)
-    sink = tiled.flash_attention(q, k, v, 48, sram_elements=roomy(48, 4), l_init=1.0, m_init=0.0)
+    sink = tiled.algorithm1(q, k, v, 48, sram_elements=roomy(48, 4), l_init=1.0, m_init=0.0)
     # l = 1 at m = 0 is a phantom key with score 0 and value 0 ("softmax plus one")
     k0, v0 = np.vstack([k, np.zeros((1, 4))]), np.vstack([v, np.zeros((1, 4))])
     np.testing.assert_allclose(sink.o, reference.attention(q, k0, v0), rtol=1e-12, atol=1e-14)

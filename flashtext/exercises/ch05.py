@@ -106,7 +106,7 @@ def check_line12(fn) -> None:
         room = sum(cost.fa1_sram_elements(m, d).values())
         kwargs = dict(causal=spec.get("causal", False), scale=spec.get("scale"),
                       sram_elements=room)
-        run = tiled.flash_attention(q, k, v, m, trace=True, **kwargs)
+        run = tiled.algorithm1(q, k, v, m, trace=True, **kwargs)
         for step in run.steps:
             v_j = v[step.cols]
             where = (f"{case}; step (i={step.i + 1}, j={step.j + 1}) in the paper's 1-based "

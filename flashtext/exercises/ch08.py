@@ -1,6 +1,6 @@
 """Chapter 8's exercises: D = rowsum(dO * O), and the inner step of the tiled backward.
 
-The second checker runs the reader's step inside :func:`flashtext.backward.tiled_backward` and
+The second checker runs the reader's step inside :func:`flashtext.tiled_backward.tiled_backward` and
 compares dQ, dK and dV with ``torch.autograd`` on standard attention in float64, naming which
 gradient is off.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from flashtext import reference as ref
-from flashtext.backward import tiled_backward
 from flashtext.exercises.core import ExerciseFailed, describe, exercise, expect, expect_close
 from flashtext.fa2 import flash2_forward
+from flashtext.tiled_backward import tiled_backward
 
 
 @exercise(

@@ -7,24 +7,24 @@ import numpy as np
 from flashtext import reference, ring
 from flashtext.exercises.core import exercise, expect, expect_close
 from flashtext.online import combine_partials
-from flashtext.splitkv import splitkv_attention
+from flashtext.splitkv import split_attention
 
 
 def _combine_cases(rng: np.random.Generator):
     q, k, v = rng.standard_normal((4, 8)), rng.standard_normal((37, 8)), \
         rng.standard_normal((37, 8))
     for splits in (1, 2, 5):
-        _, _, o, lse = splitkv_attention(q, k, v, splits, return_lse=True,
+        _, _, o, lse = split_attention(q, k, v, splits, return_lse=True,
                                          return_partials=True)
         yield f"{splits} splits of 37 keys, 4 query rows", o, lse
-    _, _, o, lse = splitkv_attention(q * 300.0, k, v, 3, return_lse=True, return_partials=True)
+    _, _, o, lse = split_attention(q * 300.0, k, v, 3, return_lse=True, return_partials=True)
     yield "huge scores (q x 300): lses in the hundreds, exp(lse) overflows", o, lse
-    _, _, o, lse = splitkv_attention(q * 300.0, -k, v, 3, return_lse=True,
+    _, _, o, lse = split_attention(q * 300.0, -k, v, 3, return_lse=True,
                                      return_partials=True)
     yield "hugely negative scores: exp(lse) underflows to 0", o, lse
-    _, _, o, lse = splitkv_attention(q, k[:3], v[:3], 6, return_lse=True, return_partials=True)
+    _, _, o, lse = split_attention(q, k[:3], v[:3], 6, return_lse=True, return_partials=True)
     yield "6 splits of 3 keys: three splits are empty (lse = -inf, output 0)", o, lse
-    _, _, o, lse = splitkv_attention(rng.standard_normal((7, 8)), k[:4], v[:4], 2, causal=True,
+    _, _, o, lse = split_attention(rng.standard_normal((7, 8)), k[:4], v[:4], 2, causal=True,
                                      return_lse=True, return_partials=True)
     yield "causal, 7 queries over 4 keys: the first 3 rows see no key in any split", o, lse
 
@@ -54,7 +54,7 @@ def check_combine(fn) -> None:
                      atol=1e-12)
     # and it is attention: the combine of the partials is the reference output
     q, k, v = (rng.standard_normal((3, n, 16)) for n in (5, 64, 64))
-    _, _, o, lse = splitkv_attention(q, k, v, 4, return_lse=True, return_partials=True)
+    _, _, o, lse = split_attention(q, k, v, 4, return_lse=True, return_partials=True)
     expect_close(fn(o, lse)[0], reference.attention(q, k, v), what="the attention output",
                  case="4 splits of 64 keys, 3 heads, 5 queries (vs float64 attention)",
                  rtol=1e-9, atol=1e-12)

@@ -31,8 +31,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from flashtext import _boot
-from flashtext.kernels._config import MAX_HEAD_DIM
 from flashtext.kernels.backward import backward
+from flashtext.kernels.config import MAX_HEAD_DIM
 from flashtext.kernels.forward import forward
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)

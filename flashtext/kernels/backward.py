@@ -30,8 +30,10 @@ import torch
 import triton
 import triton.language as tl
 
-from flashtext.kernels._config import KernelConfig, _config, block_d, launch
-from flashtext.kernels.forward import _LOG2E, input_precision, tile_sources
+from flashtext.kernels.config import KernelConfig, block_d, launch_config
+from flashtext.kernels.descriptors import tile_sources
+from flashtext.kernels.forward import _LOG2E, input_precision
+from flashtext.kernels.launcher import launch
 
 
 @triton.jit(do_not_specialize=["N_Q"])
@@ -271,7 +273,7 @@ def preprocess(o: torch.Tensor, do: torch.Tensor, config: KernelConfig | None = 
     delta = torch.empty((z, h, n_q), dtype=torch.float32, device=o.device)
     if delta.numel() == 0:
         return delta
-    config = config or _config("bwd_pre", d, o.element_size(), False, n_q, n_q)
+    config = config or launch_config("bwd_pre", d, o.element_size(), False, n_q, n_q)
     launch(_attn_bwd_preprocess, lambda c: (triton.cdiv(n_q, c.BLOCK_M), z * h), config,
            o, do, delta, *o.stride(), *do.stride(), h, n_q, HEAD_DIM=d, BLOCK_D=block_d(d))
     return delta
@@ -284,8 +286,8 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     """Gradients (dq, dk, dv) of ``sum(O * do)``, given the forward's O and lse.
 
     Any strides for every tensor except ``lse`` (contiguous (Z, H, N_Q) float32, as the forward
-    writes it). ``configs`` may override :func:`_config` per kernel ("bwd_pre", "bwd_dkdv",
-    "bwd_dq"); tests use it to try several tile shapes.
+    writes it). ``configs`` may override :func:`~flashtext.kernels.config.launch_config` per
+    kernel ("bwd_pre", "bwd_dkdv", "bwd_dq"); tests use it to try several tile shapes.
     """
     z, h, n_q, d = q.shape
     n_k = k.shape[2]
@@ -300,7 +302,7 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                          f"got {tuple(lse.shape)} {lse.dtype}")
 
     def cfg(name: str) -> KernelConfig:
-        return configs.get(name) or _config(name, d, q.element_size(), causal, n_q, n_k)
+        return configs.get(name) or launch_config(name, d, q.element_size(), causal, n_q, n_k)
 
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     consts = dict(HEAD_DIM=d, BLOCK_D=block_d(d), INPUT_PRECISION=input_precision(q.dtype))

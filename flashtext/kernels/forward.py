@@ -26,19 +26,14 @@ band of blocks that cross the diagonal or the end of K (masked), and blocks abov
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
 from flashtext.fa2 import LN2, LOG2E
-
-try:  # host-side tensor descriptors (Triton >= 3.4)
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - older Triton: the pointer path only
-    TensorDescriptor = None
-from flashtext.kernels._config import KernelConfig, PerConfig, _config, block_d, launch
+from flashtext.kernels.config import KernelConfig, block_d, launch_config
+from flashtext.kernels.descriptors import tile_sources
+from flashtext.kernels.launcher import launch
 
 # constants a @triton.jit function may read from the module (the same ones chapter 7 uses)
 _LOG2E = tl.constexpr(LOG2E)  # exp(x) = exp2(x * log2 e)
@@ -194,48 +189,13 @@ def input_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-@functools.cache
-def _capability_major(index: int | None) -> int:
-    """The compute capability's major number of a CUDA device (asked once per device: the
-    query costs microseconds, and it runs for every tensor of every launch)."""
-    return torch.cuda.get_device_capability(index)[0]
-
-
-def tma_ok(t: torch.Tensor) -> bool:
-    """Can the copy engine (TMA, Hopper and later; or the interpreter) fetch tiles of ``t``?
-    It needs a 16-byte aligned base, unit stride along head_dim and every other stride a
-    positive multiple of 16 bytes; other layouts take the pointer path."""
-    if TensorDescriptor is None:
-        return False
-    if t.is_cuda and _capability_major(t.device.index) < 9:
-        return False
-    size = t.element_size()
-    return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
-            and all(s > 0 and s * size % 16 == 0 for s in t.stride()[:-1]))
-
-
-def descriptor(t: torch.Tensor, rows: int):
-    """A 4-D descriptor over (Z, H, N, d) that hands out ``rows`` x BLOCK_D tiles of one head
-    (coordinates [batch, head, first row, 0]; rows past N and columns past d read as 0)."""
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, block_d(t.shape[-1])])
-
-
-def tile_sources(config: KernelConfig, rows: str, *tensors: torch.Tensor) -> tuple[bool, list]:
-    """What a kernel's inner loop should read its streamed tiles from: descriptors (made per
-    launch configuration, ``rows`` = "BLOCK_M" or "BLOCK_N" tall) when ``config.tma`` is on and
-    every tensor's layout allows it, else the tensors themselves. Returns (USE_TMA, arguments)."""
-    if config.tma and all(tma_ok(t) for t in tensors):
-        return True, [PerConfig(lambda c, t=t: descriptor(t, getattr(c, rows))) for t in tensors]
-    return False, list(tensors)
-
-
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
             config: KernelConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel on validated inputs (see :mod:`flashtext.kernels.api`).
 
     q is (Z, H, N_Q, d), k and v (Z, H, N_K, d), any strides. Returns O (contiguous, q's dtype)
-    and lse (Z, H, N_Q) float32, natural log. ``config`` overrides :func:`_config` (tests use it
-    to try several tile shapes).
+    and lse (Z, H, N_Q) float32, natural log. ``config`` overrides
+    :func:`~flashtext.kernels.config.launch_config` (tests use it to try several tile shapes).
     """
     z, h, n_q, d = q.shape
     n_k = k.shape[2]
@@ -245,7 +205,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
         lse.fill_(float("-inf"))      # an empty CUDA tensor has a null pointer)
         return o.zero_(), lse
     if config is None:
-        config = _config("fwd", d, q.element_size(), causal, n_q, n_k)
+        config = launch_config("fwd", d, q.element_size(), causal, n_q, n_k)
 
     def grid(c: KernelConfig):
         return (triton.cdiv(n_q, c.BLOCK_M), z * h)
@@ -258,4 +218,4 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     return o, lse
 
 
-__all__ = ["descriptor", "forward", "input_precision", "tile_sources", "tma_ok"]
+__all__ = ["forward", "input_precision"]

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from flashtext import _boot
 from flashtext.fa2 import LN2, LOG2E
-from flashtext.kernels._config import block_d
+from flashtext.kernels.config import block_d
 from flashtext.kernels.forward import input_precision  # fp32: ieee dots, not TF32
 from flashtext.splitkv import choose_num_splits
 

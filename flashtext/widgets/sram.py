@@ -242,7 +242,7 @@ class Line12Stepper:
         rng = np.random.default_rng(self.seed)
         self._qkv = tuple(2.0 * rng.standard_normal((self.n, self.d)) for _ in range(3))
         budget = sum(cost.fa1_sram_elements(self.m_elements, self.d).values())
-        return tiled.flash_attention(*self._qkv, self.m_elements, trace=True,
+        return tiled.algorithm1(*self._qkv, self.m_elements, trace=True,
                                      sram_elements=budget)
 
     def step(self) -> tiled.Step:

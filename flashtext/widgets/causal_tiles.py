@@ -97,8 +97,8 @@ class CausalBlocks:
 
         for name, control in controls.items():
             control.observe(redraw, names="value")
-            control.add_class(f"ft-schedule2-{name.lower().replace('_', '-')}")
+            control.add_class(f"ft-causal-tiles-{name.lower().replace('_', '-')}")
         redraw()
         box = w.VBox([w.HBox([n_q, n_k]), w.HBox([bm, bn, causal]), align, out])
-        box.add_class("ft-schedule2")
+        box.add_class("ft-causal-tiles")
         return box

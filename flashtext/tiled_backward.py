@@ -41,11 +41,11 @@ from flashtext.fa2 import (
 from flashtext.reference import Align, _f64, default_scale
 
 __all__ = [
-    "FlashAttentionNumpy",
+    "NumpyAttentionFunction",
     "attention_delta",
     "bwd_block",
     "flash2_backward",
-    "flash_attention_numpy",
+    "numpy_attention",
     "peak_bytes",
     "tiled_backward",
 ]
@@ -167,7 +167,7 @@ def peak_bytes(fn: Callable[..., Any], *args, **kwargs) -> int:
 
 # ---------------------------------------------------------------- plugged into torch.autograd
 
-class FlashAttentionNumpy(torch.autograd.Function):
+class NumpyAttentionFunction(torch.autograd.Function):
     """The NumPy forward and backward as a torch.autograd.Function, so torch.autograd.gradcheck
     can compare the tiled backward with finite differences. It saves q, k, v, o and lse, never
     the N x N probabilities."""
@@ -189,8 +189,8 @@ class FlashAttentionNumpy(torch.autograd.Function):
         return (*(torch.from_numpy(g).to(q.dtype) for g in grads), None, None, None, None, None)
 
 
-def flash_attention_numpy(q, k, v, causal: bool = False, sm_scale: float | None = None,
+def numpy_attention(q, k, v, causal: bool = False, sm_scale: float | None = None,
                           align: Align = "bottom_right", BLOCK_M: int = 16,  # noqa: N803
                           BLOCK_N: int = 16):  # noqa: N803
     """Differentiable attention for torch tensors, computed by the NumPy FA2 forward/backward."""
-    return FlashAttentionNumpy.apply(q, k, v, causal, sm_scale, align, BLOCK_M, BLOCK_N)
+    return NumpyAttentionFunction.apply(q, k, v, causal, sm_scale, align, BLOCK_M, BLOCK_N)

@@ -1,4 +1,4 @@
-from flashtext.widgets.schedule2 import CausalBlocks
+from flashtext.widgets.causal_tiles import CausalBlocks
 
 
 def test_counts_follow_the_state():

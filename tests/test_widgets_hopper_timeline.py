@@ -4,7 +4,7 @@ import matplotlib
 import pytest
 
 from flashtext import hopper
-from flashtext.widgets.schedule import ScheduleTimeline
+from flashtext.widgets.hopper_timeline import ScheduleTimeline
 
 matplotlib.use("Agg")
 
