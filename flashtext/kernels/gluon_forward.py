@@ -463,51 +463,95 @@ def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 
 def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                  sm_scale: float, window=(-1, -1), *, pingpong: bool = True,
-                  rescale_threshold: float = 0.0, poly_per_8: int = 0,
-                  poly_degree: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+                  sm_scale: float, window=(-1, -1),
+                  **switches) -> tuple[torch.Tensor, torch.Tensor]:
     """The FA3-style forward on inputs :func:`gluon_supported` accepts.
 
     q (Z, H, N_Q, d); k, v (Z, H_KV, N_K, d) with H_KV dividing H. ``window = (left, right)``:
     query i sees keys i + off - left <= j <= i + off + right (off = N_K - N_Q, -1 = unbounded),
     combined with the causal mask when ``causal``. Returns O (contiguous, q's dtype) and lse
-    (Z, H, N_Q) float32, natural log. The keyword switches select kernel variants for
-    measurement: ``pingpong`` (turn-taking of the consumer warpgroups), FA4's
-    ``rescale_threshold`` (powers of two; 0 = rescale at every new max) and ``poly_per_8``
-    (exponentials of every 8 computed by a degree-``poly_degree`` polynomial on the FMA units).
+    (Z, H, N_Q) float32, natural log. ``switches`` select kernel variants for measurement
+    (see :func:`kernel_constants`).
     """
-    if not gluon_supported(q, k, v, causal, window):
-        raise ValueError("gluon_forward: inputs not supported (see gluon_supported): need "
-                         "CUDA sm_90, fp16/bf16, head_dim in (64, 128, 256), TMA-compatible "
-                         "strides, k/v heads dividing q heads, window of two ints >= -1")
+    o, lse, _ = launch(q, k, v, causal, sm_scale, window, **switches)
+    return o, lse
+
+
+def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: float = 1.0, *,
+                     pingpong: bool = True, rescale_threshold: float = 0.0, poly_per_8: int = 0,
+                     poly_degree: int = 3, block_n: int | None = None,
+                     stages: int | None = None) -> dict:
+    """The compile-time constants of one kernel variant. ``pingpong``: turn-taking of the two
+    consumer warpgroups; ``rescale_threshold`` (FA4; powers of two, 0 = rescale at every new
+    max); ``poly_per_8`` of every 8 exponentials by a degree-``poly_degree`` polynomial on the
+    FMA units (FA4); ``block_n`` / ``stages`` override :func:`tile_config`."""
     if not (isinstance(poly_per_8, int) and 0 <= poly_per_8 <= 8):
         raise ValueError(f"poly_per_8 must be an integer from 0 to 8, got {poly_per_8!r}")
     if not (rescale_threshold >= 0 and math.isfinite(rescale_threshold)):
         raise ValueError(f"rescale_threshold must be finite and >= 0, got {rescale_threshold!r}")
-    if rescale_threshold > 0 and q.dtype == torch.float16 and rescale_threshold > 15:
-        raise ValueError("rescale_threshold must be <= 15 for float16: P entries reach "
-                         "2**threshold and must stay below float16's largest value")
-    z, h, n_q, d = q.shape
-    h_kv, n_k = k.shape[1], k.shape[2]
-    block_n, stages = tile_config(d)
-    o = torch.empty((z, h, n_q, d), dtype=q.dtype, device=q.device)
-    lse = torch.empty((z, h, n_q), dtype=torch.float32, device=q.device)
+    if rescale_threshold > 15:
+        raise ValueError("rescale_threshold must be <= 15: P's entries reach 2**threshold and "
+                         "must stay below float16's largest value")
+    exp2_poly_coefficients(poly_degree)  # validates the degree
+    default_n, default_stages = tile_config(head_dim)
+    left, right = window
+    return dict(HEAD_DIM=head_dim, BLOCK_N=block_n or default_n,
+                STAGES=stages or default_stages, HAS_LEFT=left >= 0,
+                HAS_RIGHT=causal or right >= 0, NEG_SCALE=sm_scale < 0, LPT=causal,
+                PINGPONG=bool(pingpong), RESCALE_THRESHOLD=float(rescale_threshold),
+                POLY_PER_8=poly_per_8, POLY_DEGREE=poly_degree)
+
+
+def _window_bounds(causal: bool, window) -> tuple[int, int]:
+    """(LEFT, RIGHT) kernel arguments: causal caps the right edge at the diagonal."""
     left, right = (int(w) for w in window)
-    has_right = causal or right >= 0
     if causal:
         right = 0 if right < 0 else min(right, 0)
-    has_left = left >= 0
+    return max(left, 0), max(right, 0)
+
+
+def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
+           window=(-1, -1), **switches):
+    """Run the kernel; returns (O, lse, the compiled kernel) (its ``asm`` holds PTX/SASS)."""
+    if not gluon_supported(q, k, v, causal, window):
+        raise ValueError("gluon_forward: inputs not supported (see gluon_supported): need "
+                         "CUDA sm_90, fp16/bf16, head_dim in (64, 128, 256), TMA-compatible "
+                         "strides, k/v heads dividing q heads, window of two ints >= -1")
+    z, h, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    constants = kernel_constants(d, causal, tuple(window), sm_scale, **switches)
+    o = torch.empty((z, h, n_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((z, h, n_q), dtype=torch.float32, device=q.device)
+    left, right = _window_bounds(causal, window)
     grid = (-(-n_q // BLOCK_M), z * h)
-    _attn_fwd_ws[grid](
-        _descriptor(q, WG_M), _descriptor(k, block_n), _descriptor(v, block_n),
-        _descriptor(o, WG_M), lse, sm_scale * LOG2E,
-        h, h // h_kv, n_q, n_k, max(left, 0), max(right, 0),
-        HEAD_DIM=d, BLOCK_N=block_n, STAGES=stages, HAS_LEFT=has_left, HAS_RIGHT=has_right,
-        NEG_SCALE=sm_scale < 0, LPT=causal, PINGPONG=pingpong,
-        RESCALE_THRESHOLD=float(rescale_threshold), POLY_PER_8=poly_per_8,
-        POLY_DEGREE=poly_degree, num_warps=4)
-    return o, lse
+    kernel = _attn_fwd_ws[grid](
+        _descriptor(q, WG_M), _descriptor(k, constants["BLOCK_N"]),
+        _descriptor(v, constants["BLOCK_N"]), _descriptor(o, WG_M), lse, sm_scale * LOG2E,
+        h, h // h_kv, n_q, n_k, left, right, **constants, num_warps=4)
+    return o, lse, kernel
 
 
-__all__ = ["HAVE_GLUON", "HEAD_DIMS", "exp2_asm", "gluon_forward", "gluon_supported",
-           "tile_config"]
+def compile_sm90(head_dim: int = 128, dtype: torch.dtype = torch.float16, causal: bool = False,
+                 window=(-1, -1), **switches):
+    """Compile one variant for sm_90 without a GPU (CPU tensors only describe the layouts);
+    returns Triton's compiled kernel, whose ``asm`` has "ttgir", "ptx" and "cubin". Needs a
+    Triton with Gluon, imported with TRITON_INTERPRET unset or 0."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    constants = kernel_constants(head_dim, causal, tuple(window), **switches)
+    q = torch.empty(2, 4, 1000, head_dim, dtype=dtype)
+    k = torch.empty(2, 2, 1000, head_dim, dtype=dtype)
+    descs = dict(q_desc=_descriptor(q, WG_M), k_desc=_descriptor(k, constants["BLOCK_N"]),
+                 v_desc=_descriptor(k, constants["BLOCK_N"]), o_desc=_descriptor(q, WG_M))
+    signature = {name: mangle_type(desc) for name, desc in descs.items()}
+    signature.update(LSE="*fp32", qk_scale="fp32", H="i32", GROUP="i32", N_Q="i32", N_K="i32",
+                     LEFT="i32", RIGHT="i32")
+    source = GluonASTSource(_attn_fwd_ws, signature, constants)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+
+__all__ = ["HAVE_GLUON", "HEAD_DIMS", "compile_sm90", "exp2_asm", "gluon_forward",
+           "gluon_supported", "kernel_constants", "launch", "tile_config"]
