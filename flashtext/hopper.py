@@ -356,6 +356,10 @@ def check_pingpong(slots: tuple[Slot, ...]) -> None:
         assert seq == list(range(len(seq))), f"WG {wg} takes its turns out of order: {seq}"
     n_blocks = len(turns[0]) - 1
     for wg in (0, 1):
+        for j in range(n_blocks):
+            for g in (f"GEMM0 {j}", f"GEMM1 {j}"):
+                assert (wg, g) in issued, f"WG {wg} never issues {g}"
+    for wg in (0, 1):
         done = [slot.index for slot in slots if slot.softmax[wg] is not None]
         blocks = [slots[i].softmax[wg] for i in done]
         assert blocks == list(range(n_blocks)), f"WG {wg} softmax blocks {blocks}"
@@ -364,9 +368,6 @@ def check_pingpong(slots: tuple[Slot, ...]) -> None:
             assert i < issued[(wg, f"GEMM1 {j}")], f"WG {wg}: GEMM1 {j} before its softmax"
             assert slots[i].issuer != wg, f"WG {wg}: softmax {j} not overlapped"
             assert slots[i].gemms, f"WG {wg}: softmax {j} runs beside idle tensor cores"
-    for wg in (0, 1):
-        for j in range(n_blocks):
-            assert (wg, f"GEMM0 {j}") in issued and (wg, f"GEMM1 {j}") in issued
 
 
 __all__ += ["Slot", "check_pingpong", "pingpong_slots"]
