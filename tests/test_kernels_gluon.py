@@ -332,3 +332,35 @@ def test_deterministic():
     a = gf.gluon_forward(q, k, v, True, 0.1)
     b = gf.gluon_forward(q, k, v, True, 0.1)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])  # same code, same inputs
+
+
+# ---------------------------------------------------------------- the H200 probe script
+
+
+def _probe():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "probe_gluon.py"
+    spec = importlib.util.spec_from_file_location("probe_gluon", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_probe_variants_are_valid_kernels():
+    probe = _probe()
+    for name in probe.VARIANTS:
+        for d in (64, 128):
+            constants = gf.kernel_constants(d, True, **probe.switches_for(name, d))
+            block_n, stages = constants["BLOCK_N"], constants["STAGES"]
+            assert 2 * (gf.BLOCK_M * d + stages * 2 * block_n * d) <= 227 * 1024, (name, d)
+    assert probe.switches_for("stages_alt", 128)["stages"] != gf.tile_config(128)[1]
+
+
+def test_probe_table_prints_ratios(capsys):
+    rows = [dict(dtype="float16", d=128, n=4096, causal=False, provider=p, tflops=t)
+            for p, t in (("cudnn", 500.0), ("triton", 450.0), ("gluon", 550.0), ("poly1", 560.0))]
+    _probe().table(rows)
+    out = capsys.readouterr().out
+    assert "1.10x" in out and "560" in out
