@@ -73,6 +73,54 @@ def test_not_supported_off_sm90():
         gf.gluon_forward(q, q, q, False, 0.125)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [(-1, -1), (0, 0), (37, 0), (100, 30), (-1, 50), (200, -1)])
+def test_tile_plan_covers_every_visible_key_and_masks_every_partial_tile(causal, window):
+    """For each program and warpgroup: every key a real row sees lies in a loaded tile, and a
+    tile is left unmasked only if each of the warpgroup's rows sees each of its keys."""
+    # every diagonal offset N_k - N_q modulo both tile widths, plus short and lopsided shapes
+    shapes = [(1, 1), (17, 1000), (1000, 17), (700, 300), (2, 600)]
+    shapes += [(200, 200 + delta) for delta in range(-64, 65)]
+    for n_q, n_k in shapes:
+        for block_n in (64, 128):
+            keep = _visible(n_q, n_k, causal, window)
+            for start_m in range(0, n_q, gf.BLOCK_M):
+                lo, hi, masks = gf.tile_plan(start_m, n_q, n_k, block_n, causal, window)
+                assert 0 <= lo < hi <= max(1, -(-n_k // block_n))
+                rows = keep[start_m:start_m + gf.BLOCK_M]
+                cols = np.nonzero(rows.any(axis=0))[0]
+                if cols.size:
+                    assert lo * block_n <= cols.min() and cols.max() < hi * block_n
+                for wg, (mask_from, mask_below) in enumerate(masks):
+                    r0 = start_m + wg * gf.WG_M
+                    wg_rows = keep[r0:min(r0 + gf.WG_M, n_q)]
+                    for j in range(lo, hi):
+                        start = j * block_n
+                        masked = start >= mask_from or start < mask_below
+                        full = start + block_n <= n_k and (
+                            wg_rows.size == 0 or wg_rows[:, start:start + block_n].all())
+                        # real rows only: rows past N_q compute values nobody stores
+                        assert masked or full, (n_q, n_k, block_n, start_m, wg, j)
+
+
+def test_tile_plan_is_the_kernels_arithmetic():
+    """tile_plan repeats the kernel's expressions; if one side changes, so must the other."""
+    import inspect
+
+    src = inspect.getsource(gf._attn_fwd_ws.fn) + inspect.getsource(gf._consumer.fn)
+    for expr in ("lo_off = causal_offset - LEFT", "hi_off = causal_offset + RIGHT",
+                 "last_row = gl.minimum(start_m + 128, N_Q) - 1",
+                 "hi_key = gl.maximum(gl.minimum(N_K, last_row + hi_off + 1), 0)",
+                 "lo_key = gl.minimum(gl.maximum(start_m + lo_off, 0), N_K)",
+                 "lo = gl.minimum(lo_key // BLOCK_N, (N_K - 1) // BLOCK_N)",
+                 "hi = gl.maximum(gl.cdiv(hi_key, BLOCK_N), lo + 1)",
+                 "mask_from = N_K // BLOCK_N * BLOCK_N",
+                 "mask_from = gl.minimum(mask_from, row0 + hi_off + 1 - BLOCK_N + 1)",
+                 "mask_below = row0 + 63 + lo_off",
+                 "need_mask = (start_n >= mask_from) | (start_n < mask_below)"):
+        assert expr in src, expr
+
+
 _COMPILE = textwrap.dedent("""
     import json, torch
     from flashtext.kernels.gluon_forward import compile_sm90

@@ -502,6 +502,34 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
                 POLY_PER_8=poly_per_8, POLY_DEGREE=poly_degree)
 
 
+def tile_plan(start_m: int, n_q: int, n_k: int, block_n: int, causal: bool,
+              window=(-1, -1)) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+    """The kernel's tile arithmetic, line for line in Python (tests hold it to the mask).
+
+    For the program whose rows start at ``start_m``: the key tiles [lo, hi) it loads, and per
+    consumer warpgroup (mask_from, mask_below): tile j computes a mask iff
+    ``j * block_n >= mask_from or j * block_n < mask_below``.
+    """
+    left, right = _window_bounds(causal, window)
+    has_left, has_right = window[0] >= 0, causal or window[1] >= 0
+    lo_off = n_k - n_q - left
+    hi_off = n_k - n_q + right
+    last_row = min(start_m + BLOCK_M, n_q) - 1
+    hi_key = max(min(n_k, last_row + hi_off + 1), 0) if has_right else n_k
+    lo_key = min(max(start_m + lo_off, 0), n_k) if has_left else 0
+    lo = min(lo_key // block_n, (n_k - 1) // block_n)
+    hi = max(-(-hi_key // block_n), lo + 1)
+    masks = []
+    for wg in range(BLOCK_M // WG_M):
+        row0 = start_m + wg * WG_M
+        mask_from = n_k // block_n * block_n
+        if has_right:
+            mask_from = min(mask_from, row0 + hi_off + 1 - block_n + 1)
+        mask_below = row0 + WG_M - 1 + lo_off if has_left else 0
+        masks.append((mask_from, mask_below))
+    return lo, hi, tuple(masks)
+
+
 def _window_bounds(causal: bool, window) -> tuple[int, int]:
     """(LEFT, RIGHT) kernel arguments: causal caps the right edge at the diagonal."""
     left, right = (int(w) for w in window)
@@ -554,4 +582,4 @@ def compile_sm90(head_dim: int = 128, dtype: torch.dtype = torch.float16, causal
 
 
 __all__ = ["HAVE_GLUON", "HEAD_DIMS", "compile_sm90", "exp2_asm", "gluon_forward",
-           "gluon_supported", "kernel_constants", "launch", "tile_config"]
+           "gluon_supported", "kernel_constants", "launch", "tile_config", "tile_plan"]
