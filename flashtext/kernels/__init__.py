@@ -18,6 +18,7 @@ from flashtext.kernels.api import (
     flash_attention,
     flash_attention_varlen,
 )
+from flashtext.kernels.decode import flash_decode
 
 __all__ = ["attention_backward", "attention_forward", "flash_attention",
-           "flash_attention_varlen"]
+           "flash_attention_varlen", "flash_decode"]
