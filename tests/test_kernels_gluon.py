@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from flashtext import reference
 from flashtext.fa4_softmax import exp2_poly_coefficients, exp2_relative_error
 from flashtext.kernels import gluon_forward as gf
 from flashtext.kernels.accuracy import Case, Errors, make_inputs
@@ -155,22 +156,10 @@ def test_compiles_for_sm90_without_a_gpu():
 
 
 def _reference(q, k, v, causal, scale, window=(-1, -1)):
-    """float64 attention with GQA (kv head h // group) and a window (left, right), bottom-right
-    aligned; a query that sees nothing gets O = 0, lse = -inf."""
-    q, k, v = (_np(t) for t in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-    s = scale * (q @ np.swapaxes(k, -1, -2))
-    keep = _visible(q.shape[2], k.shape[2], causal, window)
-    s = np.where(keep, s, -np.inf)
-    m = np.max(s, axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    e = np.exp(s - m)
-    l_sum = e.sum(axis=-1, keepdims=True)
-    o = np.where(l_sum > 0, (e @ v) / np.where(l_sum > 0, l_sum, 1.0), 0.0)
-    with np.errstate(divide="ignore"):
-        lse = np.where(l_sum[..., 0] > 0, m[..., 0] + np.log(l_sum[..., 0]), -np.inf)
-    return o, lse
+    """float64 attention (GQA, windows, bottom-right; O = 0 and lse = -inf for a query that
+    sees no key)."""
+    return reference.attention(q, k, v, causal=causal, scale=scale, return_lse=True,
+                               window=window)
 
 
 def _visible(n_q, n_k, causal, window):
