@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # name -> keyword switches of gluon_forward (see flashtext.kernels.gluon_forward.kernel_constants)
 VARIANTS = {
     "gluon": {},
+    "persistent": {"persistent": True},
     "no_pingpong": {"pingpong": False},
     "stages_alt": {"stages": None},  # filled per d: 3 at d=128, 2 at d=64
     "rescale8": {"rescale_threshold": 8.0},
@@ -109,6 +110,7 @@ def check_variant(spec: dict) -> dict:
     shapes = [  # (batch, heads, kv heads, N_q, N_k, window)
         (2, 3, 3, 1000, 1000, (-1, -1)), (1, 4, 4, 129, 1000, (-1, -1)),
         (1, 4, 4, 1000, 129, (-1, -1)), (2, 8, 2, 777, 777, (-1, -1)), (1, 2, 2, 1, 17, (-1, -1)),
+        (4, 16, 4, 1000, 1000, (-1, -1)),  # 512 work tiles: several per persistent program
     ]
     if spec["variant"] == "gluon":
         shapes.append((1, 4, 2, 1000, 1500, (200, 0 if causal else 30)))

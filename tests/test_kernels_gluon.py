@@ -65,6 +65,8 @@ def test_kernel_constants_validate():
         gf.kernel_constants(64, False, rescale_threshold=16.0)
     with pytest.raises(ValueError, match="degree"):
         gf.kernel_constants(64, False, poly_per_8=1, poly_degree=0)
+    with pytest.raises(ValueError, match="persistent"):
+        gf.kernel_constants(256, False, persistent=True)
 
 
 def test_not_supported_off_sm90():
@@ -108,7 +110,7 @@ def test_tile_plan_is_the_kernels_arithmetic():
     """tile_plan repeats the kernel's expressions; if one side changes, so must the other."""
     import inspect
 
-    src = inspect.getsource(gf._attn_fwd_ws.fn) + inspect.getsource(gf._consumer.fn)
+    src = inspect.getsource(gf._tile_coords.fn) + inspect.getsource(gf._consumer.fn)
     for expr in ("lo_off = causal_offset - LEFT", "hi_off = causal_offset + RIGHT",
                  "last_row = gl.minimum(start_m + 128, N_Q) - 1",
                  "hi_key = gl.maximum(gl.minimum(N_K, last_row + hi_off + 1), 0)",
@@ -319,7 +321,7 @@ def test_scale_sign_and_size(sm_scale):
 @pytest.mark.parametrize("switches", [dict(pingpong=False), dict(rescale_threshold=8.0),
                                       dict(poly_per_8=2), dict(poly_per_8=8, poly_degree=4),
                                       dict(rescale_threshold=8.0, poly_per_8=1),
-                                      dict(stages=3)], ids=str)
+                                      dict(stages=3), dict(persistent=True)], ids=str)
 @pytest.mark.parametrize("d", [64, 128])
 def test_variants(switches, d):
     """Every switch stays within the accuracy rule; the software exponential gets an allowance
@@ -329,6 +331,22 @@ def test_variants(switches, d):
         case = Case(2, 2, 1000, 1000, d, causal, "bfloat16", seed=d + causal)
         q, k, v, _ = make_inputs(case, DEVICE)
         _check(q, k, v, causal, extra=extra, **switches)
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_persistent_programs_take_several_tiles(causal):
+    # 8 query blocks x 64 heads = 512 work tiles over at most 132 programs: the ring, the turn
+    # barriers and Q's empty barrier run on across tiles of different lengths
+    g = torch.Generator().manual_seed(17)
+    q = torch.randn(4, 16, 1000, 128, generator=g).to(DEVICE, torch.float16)
+    k, v = (torch.randn(4, 4, 777, 128, generator=g).to(DEVICE, torch.float16)
+            for _ in range(2))
+    o, lse = _check(q, k, v, causal, persistent=True)
+    o1, lse1 = gf.gluon_forward(q, k, v, causal, 128**-0.5)  # one tile per program
+    torch.testing.assert_close(o, o1, atol=4e-3, rtol=0)  # another compiled kernel: rounding
+    torch.testing.assert_close(lse, lse1, atol=1e-5, rtol=0)
 
 
 @sm90

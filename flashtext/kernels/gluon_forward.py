@@ -119,26 +119,70 @@ if HAVE_GLUON:
         return this.exp2_asm(poly_per_8, degree)
 
     @gluon.jit
-    def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
-                  off_z, off_h, off_hk, start_m, lo, hi,
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-        """The copy-engine warpgroup: Q (one 64-row half per consumer), then the K/V tiles
-        lo..hi-1 in the order the consumers use them: K_lo, then (K_j, V_{j-1}), then V_{hi-1}.
-        Each tile waits for its ring slot to be empty, then asks for ``ready`` to fire when its
-        bytes have landed."""
-        q_ready, k_ready, k_empty, v_ready, v_empty, turn = bars
-        for w in gl.static_range(2):
-            mbarrier.expect(q_ready.index(w), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [off_z, off_h, start_m + w * 64, 0],
-                                            q_ready.index(w), q_smem.index(w))
-        _load_tile(k_desc, k_smem, k_ready, k_empty, off_z, off_hk, lo, 0, BLOCK_N, STAGES)
-        for j in range(lo + 1, hi):
-            i = j - lo
-            _load_tile(k_desc, k_smem, k_ready, k_empty, off_z, off_hk, j, i, BLOCK_N, STAGES)
-            _load_tile(v_desc, v_smem, v_ready, v_empty, off_z, off_hk, j - 1, i - 1, BLOCK_N,
+    def _tile_coords(tile_id, n_m_blocks, H, GROUP, N_Q, N_K, LEFT, RIGHT,
+                     BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+                     LPT: gl.constexpr):
+        """Work tile -> where it is and which key tiles it needs. Tiles run head by head, the
+        query blocks of a head in order (longest first when causal: LPT)."""
+        off_zh = tile_id // n_m_blocks
+        m_block = tile_id % n_m_blocks
+        if LPT:  # causal work grows with the row: start the longest blocks first
+            m_block = n_m_blocks - 1 - m_block
+        start_m = m_block * 128
+        off_z = off_zh // H
+        off_h = off_zh % H
+        off_hk = off_h // GROUP  # GQA: GROUP query heads share one K/V head
+        # Key tiles this block needs: row i sees keys [i + lo_off, i + hi_off] (when bounded)
+        # and [0, N_K). Tiles outside [lo, hi) are never loaded. A block whose rows see no key
+        # at all still runs one fully masked tile (O = 0, lse = -inf come out of the loop).
+        causal_offset = N_K - N_Q
+        lo_off = causal_offset - LEFT
+        hi_off = causal_offset + RIGHT
+        last_row = gl.minimum(start_m + 128, N_Q) - 1
+        hi_key = N_K
+        if HAS_RIGHT:
+            hi_key = gl.maximum(gl.minimum(N_K, last_row + hi_off + 1), 0)
+        lo_key = 0
+        if HAS_LEFT:
+            lo_key = gl.minimum(gl.maximum(start_m + lo_off, 0), N_K)
+        lo = gl.minimum(lo_key // BLOCK_N, (N_K - 1) // BLOCK_N)
+        hi = gl.maximum(gl.cdiv(hi_key, BLOCK_N), lo + 1)
+        return off_z, off_h, off_hk, off_zh, start_m, lo, hi, lo_off, hi_off
+
+    @gluon.jit
+    def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, n_m_blocks, n_tiles,
+                  H, GROUP, N_Q, N_K, LEFT, RIGHT, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                  HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, LPT: gl.constexpr,
+                  PERSISTENT: gl.constexpr):
+        """The copy-engine warpgroup. Per work tile: K_lo, Q (one 64-row half per consumer),
+        then the K/V tiles in the order the consumers use them: (K_j, V_{j-1}), then V_{hi-1}.
+        Each K/V tile waits for its ring slot to be empty, then asks for ``ready`` to fire when
+        its bytes have landed. The ring position runs on across work tiles (persistent)."""
+        q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn = bars
+        base = 0  # K/V tiles this program has loaded so far
+        count = 0  # work tiles so far
+        for tile_id in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+            off_z, off_h, off_hk, off_zh, start_m, lo, hi, lo_off, hi_off = _tile_coords(
+                tile_id, n_m_blocks, H, GROUP, N_Q, N_K, LEFT, RIGHT, BLOCK_N, HAS_LEFT,
+                HAS_RIGHT, LPT)
+            _load_tile(k_desc, k_smem, k_ready, k_empty, off_z, off_hk, lo, base, BLOCK_N,
                        STAGES)
-        _load_tile(v_desc, v_smem, v_ready, v_empty, off_z, off_hk, hi - 1, hi - 1 - lo,
-                   BLOCK_N, STAGES)
+            for w in gl.static_range(2):
+                if PERSISTENT:  # consumer w is done with the previous tile's Q
+                    mbarrier.wait(q_empty.index(w), (count & 1) ^ 1)
+                mbarrier.expect(q_ready.index(w), q_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(q_desc, [off_z, off_h, start_m + w * 64, 0],
+                                                q_ready.index(w), q_smem.index(w))
+            for j in range(lo + 1, hi):
+                i = base + j - lo
+                _load_tile(k_desc, k_smem, k_ready, k_empty, off_z, off_hk, j, i, BLOCK_N,
+                           STAGES)
+                _load_tile(v_desc, v_smem, v_ready, v_empty, off_z, off_hk, j - 1, i - 1,
+                           BLOCK_N, STAGES)
+            _load_tile(v_desc, v_smem, v_ready, v_empty, off_z, off_hk, hi - 1,
+                       base + hi - 1 - lo, BLOCK_N, STAGES)
+            base += hi - lo
+            count += 1
 
     @gluon.jit
     def _load_tile(desc, smem, ready, empty, off_z, off_hk, j, i,
@@ -217,14 +261,15 @@ if HAVE_GLUON:
         return p, m_new, l_new, alpha, rescale
 
     @gluon.jit
-    def _consumer(WG: gl.constexpr, o_desc, q_smem, k_smem, v_smem, bars, LSE,
-                  off_z, off_h, off_zh, start_m, lo, hi, N_Q, N_K, lo_off, hi_off, qk_scale,
+    def _consumer(WG: gl.constexpr, o_desc, q_smem, o_smem, k_smem, v_smem, bars, LSE,
+                  n_m_blocks, n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, qk_scale,
                   HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                   HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, NEG_SCALE: gl.constexpr,
-                  PINGPONG: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr,
-                  POLY_PER_8: gl.constexpr, POLY_DEGREE: gl.constexpr):
-        """One consumer warpgroup: 64 query rows, the loop of FA3 Algorithm 2."""
-        q_ready, k_ready, k_empty, v_ready, v_empty, turn = bars
+                  LPT: gl.constexpr, PERSISTENT: gl.constexpr, PINGPONG: gl.constexpr,
+                  RESCALE_THRESHOLD: gl.constexpr, POLY_PER_8: gl.constexpr,
+                  POLY_DEGREE: gl.constexpr):
+        """One consumer warpgroup: 64 query rows per work tile, the loop of FA3 Algorithm 2."""
+        q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn = bars
         # wgmma accumulators: S is 64 x BLOCK_N, O is 64 x HEAD_DIM, spread over 4 warps; P is
         # fed to the second GEMM from registers in the layout S already has (no data movement)
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -235,148 +280,148 @@ if HAVE_GLUON:
         ROW_S: gl.constexpr = gl.SliceLayout(1, S_L)
         ROW_O: gl.constexpr = gl.SliceLayout(1, O_L)
         dtype: gl.constexpr = q_smem.dtype
-
-        row0 = start_m + WG * 64
-        offs_m = row0 + gl.arange(0, 64, layout=ROW_S)
         offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
-        # which of this warpgroup's tiles need a mask: past the end of K, or crossing a causal /
-        # window edge for at least one of its 64 rows (the first row has the lowest right edge,
-        # the last row the highest left edge)
-        mask_from = N_K // BLOCK_N * BLOCK_N
-        if HAS_RIGHT:
-            mask_from = gl.minimum(mask_from, row0 + hi_off + 1 - BLOCK_N + 1)
-        mask_below = 0
-        if HAS_LEFT:
-            mask_below = row0 + 63 + lo_off
-
+        s_zero = gl.zeros([64, BLOCK_N], gl.float32, S_L)
         q = q_smem.index(WG).reshape([64, HEAD_DIM])
-        mbarrier.wait(q_ready.index(WG), 0)
+        o_buf = o_smem.index(WG)
         if WG == 1:
             _pass_turn(turn, WG, PINGPONG)  # warpgroup 0 takes the first turn
-        m_i = gl.full([64], float("-inf"), gl.float32, ROW_S)
-        l_i = gl.zeros([64], gl.float32, ROW_S)
-        s_zero = gl.zeros([64, BLOCK_N], gl.float32, S_L)
 
-        # prologue: S_lo and its softmax
-        mbarrier.wait(k_ready.index(0), 0)
-        _wait_turn(turn, WG, 0, PINGPONG)
-        qk = warpgroup_mma(q, k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
-                           s_zero, use_acc=False, is_async=True)
-        _pass_turn(turn, WG, PINGPONG)
-        qk = warpgroup_mma_wait(0, deps=[qk])
-        mbarrier.arrive(k_empty.index(0), count=1)
-        start_n = lo * BLOCK_N
-        need_mask = (start_n >= mask_from) | (start_n < mask_below)
-        p, m_i, l_i, alpha, rescale = _softmax(
-            qk, m_i, l_i, offs_m, offs_n, start_n, need_mask, N_K, lo_off, hi_off, qk_scale,
-            HAS_LEFT, HAS_RIGHT, NEG_SCALE, RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE)
-        p_op = gl.convert_layout(p.to(dtype), P_L)
-        acc = gl.zeros([64, HEAD_DIM], gl.float32, O_L)
+        base = 0  # K/V tiles consumed so far (the ring position, as the producer counts)
+        turns = 0  # turns taken at the tensor cores so far
+        count = 0  # work tiles so far
+        for tile_id in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+            off_z, off_h, off_hk, off_zh, start_m, lo, hi, lo_off, hi_off = _tile_coords(
+                tile_id, n_m_blocks, H, GROUP, N_Q, N_K, LEFT, RIGHT, BLOCK_N, HAS_LEFT,
+                HAS_RIGHT, LPT)
+            row0 = start_m + WG * 64
+            offs_m = row0 + gl.arange(0, 64, layout=ROW_S)
+            # which of this warpgroup's tiles need a mask: past the end of K, or crossing a
+            # causal / window edge for at least one of its 64 rows (the first row has the
+            # lowest right edge, the last row the highest left edge)
+            mask_from = N_K // BLOCK_N * BLOCK_N
+            if HAS_RIGHT:
+                mask_from = gl.minimum(mask_from, row0 + hi_off + 1 - BLOCK_N + 1)
+            mask_below = 0
+            if HAS_LEFT:
+                mask_below = row0 + 63 + lo_off
 
-        for j in range(lo + 1, hi):
-            i = j - lo
-            slot = i % STAGES
-            prev = (i - 1) % STAGES
-            mbarrier.wait(k_ready.index(slot), (i // STAGES) & 1)
-            _wait_turn(turn, WG, i, PINGPONG)
-            # S_j = Q K_j^T goes to the tensor cores first ...
+            mbarrier.wait(q_ready.index(WG), count & 1)
+            m_i = gl.full([64], float("-inf"), gl.float32, ROW_S)
+            l_i = gl.zeros([64], gl.float32, ROW_S)
+
+            # prologue: S_lo and its softmax
+            slot = base % STAGES
+            mbarrier.wait(k_ready.index(slot), (base // STAGES) & 1)
+            _wait_turn(turn, WG, turns, PINGPONG)
             qk = warpgroup_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
                                s_zero, use_acc=False, is_async=True)
-            # ... then O is rescaled for block j-1's max and O += P_{j-1} V_{j-1} queued behind
-            if RESCALE_THRESHOLD > 0:
-                if rescale:
-                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, ROW_O), 1)
-            else:
-                acc = acc * gl.expand_dims(gl.convert_layout(alpha, ROW_O), 1)
-            mbarrier.wait(v_ready.index(prev), ((i - 1) // STAGES) & 1)
-            acc = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM]), acc,
-                                is_async=True)
             _pass_turn(turn, WG, PINGPONG)
-            # wait for S_j only; P_{j-1} V_{j-1} keeps the tensor cores busy meanwhile
-            qk = warpgroup_mma_wait(1, deps=[qk])
+            qk = warpgroup_mma_wait(0, deps=[qk])
             mbarrier.arrive(k_empty.index(slot), count=1)
-            start_n = j * BLOCK_N
+            start_n = lo * BLOCK_N
             need_mask = (start_n >= mask_from) | (start_n < mask_below)
             p, m_i, l_i, alpha, rescale = _softmax(
                 qk, m_i, l_i, offs_m, offs_n, start_n, need_mask, N_K, lo_off, hi_off,
                 qk_scale, HAS_LEFT, HAS_RIGHT, NEG_SCALE, RESCALE_THRESHOLD, POLY_PER_8,
                 POLY_DEGREE)
-            acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
-            mbarrier.arrive(v_empty.index(prev), count=1)
             p_op = gl.convert_layout(p.to(dtype), P_L)
+            acc = gl.zeros([64, HEAD_DIM], gl.float32, O_L)
 
-        # epilogue: the last block's P V, then delayed normalisation
-        last = (hi - 1 - lo) % STAGES
-        if RESCALE_THRESHOLD > 0:
-            if rescale:
+            for j in range(lo + 1, hi):
+                i = base + j - lo
+                slot = i % STAGES
+                prev = (i - 1) % STAGES
+                mbarrier.wait(k_ready.index(slot), (i // STAGES) & 1)
+                _wait_turn(turn, WG, turns + j - lo, PINGPONG)
+                # S_j = Q K_j^T goes to the tensor cores first ...
+                qk = warpgroup_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
+                                   .permute((1, 0)), s_zero, use_acc=False, is_async=True)
+                # ... then O is rescaled for block j-1's max and O += P_{j-1} V_{j-1} queued
+                if RESCALE_THRESHOLD > 0:
+                    if rescale:
+                        acc = acc * gl.expand_dims(gl.convert_layout(alpha, ROW_O), 1)
+                else:
+                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, ROW_O), 1)
+                mbarrier.wait(v_ready.index(prev), ((i - 1) // STAGES) & 1)
+                acc = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM]), acc,
+                                    is_async=True)
+                _pass_turn(turn, WG, PINGPONG)
+                # wait for S_j only; P_{j-1} V_{j-1} keeps the tensor cores busy meanwhile
+                qk = warpgroup_mma_wait(1, deps=[qk])
+                mbarrier.arrive(k_empty.index(slot), count=1)
+                start_n = j * BLOCK_N
+                need_mask = (start_n >= mask_from) | (start_n < mask_below)
+                p, m_i, l_i, alpha, rescale = _softmax(
+                    qk, m_i, l_i, offs_m, offs_n, start_n, need_mask, N_K, lo_off, hi_off,
+                    qk_scale, HAS_LEFT, HAS_RIGHT, NEG_SCALE, RESCALE_THRESHOLD, POLY_PER_8,
+                    POLY_DEGREE)
+                acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
+                mbarrier.arrive(v_empty.index(prev), count=1)
+                p_op = gl.convert_layout(p.to(dtype), P_L)
+            if PERSISTENT:  # every S of this tile is done: Q's slot may take the next tile's Q
+                mbarrier.arrive(q_empty.index(WG), count=1)
+
+            # epilogue: the last block's P V, then delayed normalisation
+            last = base + hi - 1 - lo
+            if RESCALE_THRESHOLD > 0:
+                if rescale:
+                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, ROW_O), 1)
+            else:
                 acc = acc * gl.expand_dims(gl.convert_layout(alpha, ROW_O), 1)
-        else:
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, ROW_O), 1)
-        mbarrier.wait(v_ready.index(last), ((hi - 1 - lo) // STAGES) & 1)
-        _wait_turn(turn, WG, hi - lo, PINGPONG)
-        acc = warpgroup_mma(p_op, v_smem.index(last).reshape([BLOCK_N, HEAD_DIM]), acc,
-                            is_async=True)
-        _pass_turn(turn, WG, PINGPONG)
-        acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
-        mbarrier.arrive(v_empty.index(last), count=1)
+            mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+            _wait_turn(turn, WG, turns + hi - lo, PINGPONG)
+            acc = warpgroup_mma(p_op, v_smem.index(last % STAGES).reshape([BLOCK_N, HEAD_DIM]),
+                                acc, is_async=True)
+            _pass_turn(turn, WG, PINGPONG)
+            acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
+            mbarrier.arrive(v_empty.index(last % STAGES), count=1)
 
-        # a row that saw no key (l = 0) gets O = 0 and lse = -inf
-        seen = l_i > 0.0
-        l_safe = gl.where(seen, l_i, 1.0)
-        acc = acc / gl.expand_dims(gl.convert_layout(l_safe, ROW_O), 1)
-        lse = gl.where(seen, (m_i + gl.log2(l_safe)) * _LN2, float("-inf"))
-        gl.store(LSE + off_zh.to(gl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
-        # O goes out through the copy engine from this warpgroup's Q slot (Q is no longer
-        # needed); the copy clips rows past N_Q
-        o_smem = q_smem.index(WG)
-        o_smem.reshape([64, HEAD_DIM]).store(acc.to(dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [off_z, off_h, row0, 0], o_smem)
+            # a row that saw no key (l = 0) gets O = 0 and lse = -inf
+            seen = l_i > 0.0
+            l_safe = gl.where(seen, l_i, 1.0)
+            acc = acc / gl.expand_dims(gl.convert_layout(l_safe, ROW_O), 1)
+            lse = gl.where(seen, (m_i + gl.log2(l_safe)) * _LN2, float("-inf"))
+            gl.store(LSE + off_zh.to(gl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
+            # O leaves through the copy engine, which clips rows past N_Q; its buffer is this
+            # warpgroup's Q slot (one tile per program) or its own (persistent), whose previous
+            # copy must have left first
+            tma.store_wait(0)
+            o_buf.reshape([64, HEAD_DIM]).store(acc.to(dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(o_desc, [off_z, off_h, row0, 0], o_buf)
+            base += hi - lo
+            turns += hi - lo + 1
+            count += 1
         tma.store_wait(0)
 
     # lengths and window sizes are not specialised on: one compiled kernel serves them all
-    @gluon.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K", "LEFT", "RIGHT"])
+    @gluon.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K", "LEFT", "RIGHT", "n_m_blocks",
+                                  "n_tiles"])
     def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale,
-                     H, GROUP, N_Q, N_K, LEFT, RIGHT,
+                     H, GROUP, N_Q, N_K, LEFT, RIGHT, n_m_blocks, n_tiles,
                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                      HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, NEG_SCALE: gl.constexpr,
-                     LPT: gl.constexpr, PINGPONG: gl.constexpr,
+                     LPT: gl.constexpr, PERSISTENT: gl.constexpr, PINGPONG: gl.constexpr,
                      RESCALE_THRESHOLD: gl.constexpr, POLY_PER_8: gl.constexpr,
                      POLY_DEGREE: gl.constexpr):
-        # grid = (query blocks, batch * heads)
-        if LPT:  # causal work grows with the row: start the longest blocks first
-            start_m = (gl.num_programs(0) - 1 - gl.program_id(0)) * 128
-        else:
-            start_m = gl.program_id(0) * 128
-        off_zh = gl.program_id(1)
-        off_z = off_zh // H
-        off_h = off_zh % H
-        off_hk = off_h // GROUP  # GQA: GROUP query heads share one K/V head
-
-        # Key tiles this block needs: row i sees keys [i + lo_off, i + hi_off] (when bounded)
-        # and [0, N_K). Tiles outside [lo, hi) are never loaded. A block whose rows see no key
-        # at all still runs one fully masked tile (O = 0, lse = -inf come out of the loop).
-        causal_offset = N_K - N_Q
-        lo_off = causal_offset - LEFT
-        hi_off = causal_offset + RIGHT
-        last_row = gl.minimum(start_m + 128, N_Q) - 1
-        hi_key = N_K
-        if HAS_RIGHT:
-            hi_key = gl.maximum(gl.minimum(N_K, last_row + hi_off + 1), 0)
-        lo_key = 0
-        if HAS_LEFT:
-            lo_key = gl.minimum(gl.maximum(start_m + lo_off, 0), N_K)
-        lo = gl.minimum(lo_key // BLOCK_N, (N_K - 1) // BLOCK_N)
-        hi = gl.maximum(gl.cdiv(hi_key, BLOCK_N), lo + 1)
-
-        # shared memory: Q (two 64-row halves, later reused for O), the K/V ring, barriers
+        # work tiles are (batch * head, query block of 128 rows); a program takes tiles
+        # program_id, program_id + programs, ... (one each unless PERSISTENT)
+        # shared memory: Q (two 64-row halves), O's staging (Q's slots unless persistent),
+        # the K/V ring, barriers
         q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape,
                                            q_desc.layout)
+        if PERSISTENT:
+            o_smem = gl.allocate_shared_memory(o_desc.dtype, [2] + o_desc.block_type.shape,
+                                               o_desc.layout)
+        else:
+            o_smem = q_smem
         k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape,
                                            k_desc.layout)
         v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape,
                                            v_desc.layout)
         q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -384,25 +429,27 @@ if HAVE_GLUON:
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for w in gl.static_range(2):
             mbarrier.init(q_ready.index(w), count=1)
+            mbarrier.init(q_empty.index(w), count=1)
             mbarrier.init(turn.index(w), count=1)
         for s in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(s), count=1)
             mbarrier.init(v_ready.index(s), count=1)
             mbarrier.init(k_empty.index(s), count=2)  # one arrival per consumer warpgroup
             mbarrier.init(v_empty.index(s), count=2)
-        bars = (q_ready, k_ready, k_empty, v_ready, v_empty, turn)
+        bars = (q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn)
 
         # the two consumers run one function, told apart by their first (constexpr) argument
         gl.warp_specialize([
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, off_z, off_h,
-                         off_hk, start_m, lo, hi, BLOCK_N, STAGES)),
-            (_consumer, (0, o_desc, q_smem, k_smem, v_smem, bars, LSE, off_z, off_h, off_zh,
-                         start_m, lo, hi, N_Q, N_K, lo_off, hi_off, qk_scale, HEAD_DIM,
-                         BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, NEG_SCALE, PINGPONG,
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, n_m_blocks,
+                         n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, BLOCK_N, STAGES, HAS_LEFT,
+                         HAS_RIGHT, LPT, PERSISTENT)),
+            (_consumer, (0, o_desc, q_smem, o_smem, k_smem, v_smem, bars, LSE, n_m_blocks,
+                         n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, qk_scale, HEAD_DIM, BLOCK_N,
+                         STAGES, HAS_LEFT, HAS_RIGHT, NEG_SCALE, LPT, PERSISTENT, PINGPONG,
                          RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE)),
-            (_consumer, (1, o_desc, q_smem, k_smem, v_smem, bars, LSE, off_z, off_h, off_zh,
-                         start_m, lo, hi, N_Q, N_K, lo_off, hi_off, qk_scale, HEAD_DIM,
-                         BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, NEG_SCALE, PINGPONG,
+            (_consumer, (1, o_desc, q_smem, o_smem, k_smem, v_smem, bars, LSE, n_m_blocks,
+                         n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, qk_scale, HEAD_DIM, BLOCK_N,
+                         STAGES, HAS_LEFT, HAS_RIGHT, NEG_SCALE, LPT, PERSISTENT, PINGPONG,
                          RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE)),
         ], [4, 4], [240, 240])
 
@@ -410,6 +457,11 @@ if HAVE_GLUON:
 @functools.cache
 def _capability(index: int | None) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
+
+
+@functools.cache
+def _sm_count(index: int | None) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def _gl_dtype(dtype: torch.dtype):
@@ -455,7 +507,7 @@ def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     zk, hk, n_k, dk = k.shape
     if d not in HEAD_DIMS or dk != d or zk != z or hk < 1 or h % hk != 0:
         return False
-    if n_q < 1 or n_k < 1 or z * h > 65535 or not isinstance(causal, bool):
+    if n_q < 1 or n_k < 1 or not isinstance(causal, bool):
         return False
     if not _window_ok(window):
         return False
@@ -478,13 +530,17 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
 
 def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: float = 1.0, *,
-                     pingpong: bool = True, rescale_threshold: float = 0.0, poly_per_8: int = 0,
-                     poly_degree: int = 3, block_n: int | None = None,
-                     stages: int | None = None) -> dict:
-    """The compile-time constants of one kernel variant. ``pingpong``: turn-taking of the two
-    consumer warpgroups; ``rescale_threshold`` (FA4; powers of two, 0 = rescale at every new
-    max); ``poly_per_8`` of every 8 exponentials by a degree-``poly_degree`` polynomial on the
-    FMA units (FA4); ``block_n`` / ``stages`` override :func:`tile_config`."""
+                     pingpong: bool = True, persistent: bool = False,
+                     rescale_threshold: float = 0.0, poly_per_8: int = 0, poly_degree: int = 3,
+                     block_n: int | None = None, stages: int | None = None) -> dict:
+    """The compile-time constants of one kernel variant.
+
+    ``pingpong``: turn-taking of the two consumer warpgroups. ``persistent``: one program per
+    SM looping over the work tiles (the next tile's loads overlap this one's end; O gets its
+    own staging buffer, so not at d = 256). ``rescale_threshold`` (FA4): powers of two, 0 =
+    rescale at every new max. ``poly_per_8`` (FA4): exponentials of every 8 computed by a
+    degree-``poly_degree`` polynomial on the FMA units. ``block_n`` / ``stages`` override
+    :func:`tile_config`."""
     if not (isinstance(poly_per_8, int) and 0 <= poly_per_8 <= 8):
         raise ValueError(f"poly_per_8 must be an integer from 0 to 8, got {poly_per_8!r}")
     if not (rescale_threshold >= 0 and math.isfinite(rescale_threshold)):
@@ -493,13 +549,17 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
         raise ValueError("rescale_threshold must be <= 15: P's entries reach 2**threshold and "
                          "must stay below float16's largest value")
     exp2_poly_coefficients(poly_degree)  # validates the degree
+    if persistent and head_dim == 256:
+        raise ValueError("persistent needs O's own staging buffer, which does not fit next to "
+                         "d = 256's Q and K/V ring in shared memory")
     default_n, default_stages = tile_config(head_dim)
     left, right = window
     return dict(HEAD_DIM=head_dim, BLOCK_N=block_n or default_n,
                 STAGES=stages or default_stages, HAS_LEFT=left >= 0,
                 HAS_RIGHT=causal or right >= 0, NEG_SCALE=sm_scale < 0, LPT=causal,
-                PINGPONG=bool(pingpong), RESCALE_THRESHOLD=float(rescale_threshold),
-                POLY_PER_8=poly_per_8, POLY_DEGREE=poly_degree)
+                PERSISTENT=bool(persistent), PINGPONG=bool(pingpong),
+                RESCALE_THRESHOLD=float(rescale_threshold), POLY_PER_8=poly_per_8,
+                POLY_DEGREE=poly_degree)
 
 
 def tile_plan(start_m: int, n_q: int, n_k: int, block_n: int, causal: bool,
@@ -551,11 +611,13 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_s
     o = torch.empty((z, h, n_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((z, h, n_q), dtype=torch.float32, device=q.device)
     left, right = _window_bounds(causal, window)
-    grid = (-(-n_q // BLOCK_M), z * h)
-    kernel = _attn_fwd_ws[grid](
+    n_m_blocks = -(-n_q // BLOCK_M)
+    n_tiles = n_m_blocks * z * h
+    programs = min(n_tiles, _sm_count(q.device.index)) if constants["PERSISTENT"] else n_tiles
+    kernel = _attn_fwd_ws[(programs,)](
         _descriptor(q, WG_M), _descriptor(k, constants["BLOCK_N"]),
         _descriptor(v, constants["BLOCK_N"]), _descriptor(o, WG_M), lse, sm_scale * LOG2E,
-        h, h // h_kv, n_q, n_k, left, right, **constants, num_warps=4)
+        h, h // h_kv, n_q, n_k, left, right, n_m_blocks, n_tiles, **constants, num_warps=4)
     return o, lse, kernel
 
 
@@ -576,7 +638,7 @@ def compile_sm90(head_dim: int = 128, dtype: torch.dtype = torch.float16, causal
                  v_desc=_descriptor(k, constants["BLOCK_N"]), o_desc=_descriptor(q, WG_M))
     signature = {name: mangle_type(desc) for name, desc in descs.items()}
     signature.update(LSE="*fp32", qk_scale="fp32", H="i32", GROUP="i32", N_Q="i32", N_K="i32",
-                     LEFT="i32", RIGHT="i32")
+                     LEFT="i32", RIGHT="i32", n_m_blocks="i32", n_tiles="i32")
     source = GluonASTSource(_attn_fwd_ws, signature, constants)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 
