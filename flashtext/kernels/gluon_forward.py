@@ -25,6 +25,10 @@ arXiv 2407.08608) says, in the names of Algorithm 1 and of the FA2/FA3 papers:
   copy clips rows past N_Q.
 * **GQA**: query head h reads K/V head h // (H / H_KV); that is only the head coordinate of the
   K/V tile copies.
+* **Persistence** (a switch): every partition loops over work tiles (a head's 128-row query
+  block); with ``persistent`` one program per SM takes every programs-th tile, and the ring, the
+  turn barriers and Q's ``empty`` barrier run on from tile to tile, so the next tile's loads
+  overlap this one's last GEMM and its output copy.
 * FlashAttention-4's two softmax ideas (``flashtext.fa4_softmax``), as switches:
   ``RESCALE_THRESHOLD`` > 0 rescales O only when some row's max grows by more than that many
   powers of two; ``POLY_PER_8`` of every 8 exponentials run as a polynomial on the FMA units.
