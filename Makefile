@@ -13,6 +13,9 @@ JOBS ?= 2
 REQS := requirements.txt
 # Lines tagged "compute" in requirements.txt come from a GPU runner's own image.
 COMPUTE := '^(torch|triton|numpy)=='
+# Pins a GPU runner does not need: the browser tests (no Chromium there) and the website's tools
+# (the site is built on the CPU machine; they would add 34 MB to the wheelhouse).
+NOT_ON_RUNNER := '^(jupyterlab|playwright|sphinx|myst-nb|myst-parser|sphinx-book-theme|pydata-sphinx-theme|jupyter-server-mathjax)=='
 WHEELHOUSE := .wheelhouse
 GPU_SITE := .gpu-site
 
@@ -117,10 +120,11 @@ record-accuracy: env
 	$(PY) scripts/record_accuracy.py
 
 # Wheels an offline GPU runner lacks (Python 3.12, manylinux x86_64): everything in
-# requirements.txt except the compute stack the runner brings, with their dependencies.
+# requirements.txt except the compute stack the runner brings and NOT_ON_RUNNER, with their
+# dependencies.
 wheelhouse:
 	rm -rf $(WHEELHOUSE) && mkdir -p $(WHEELHOUSE)
-	grep -vE $(COMPUTE) $(REQS) | grep -vE '^(jupyterlab|playwright)==' | sed 's/#.*//' | grep . > $(WHEELHOUSE)/requirements.txt
+	grep -vE $(COMPUTE) $(REQS) | grep -vE $(NOT_ON_RUNNER) | sed 's/#.*//' | grep . > $(WHEELHOUSE)/requirements.txt
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
 	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 	    --platform manylinux2014_x86_64 --platform any \

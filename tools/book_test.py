@@ -292,8 +292,8 @@ def inspect(page: object, visit: Visit, site: Site, path: str, screenshot: Path 
     shown["seconds"] = time.monotonic() - t0
     problems = []
     problems += [f"request off the site (blocked): {u}" for u in visit.off_site]
-    problems += [f"failed request: {u}" for u in visit.failed]
-    problems += [f"JavaScript error: {e}" for e in visit.errors]
+    problems += [f"failed request: {u}" for u in dict.fromkeys(visit.failed)]
+    problems += [f"JavaScript error: {e}" for e in dict.fromkeys(visit.errors)]
     if math not in ("no math", "typeset"):
         problems.append(f"math not typeset: {math}")
     problems += [f"math left untypeset: {t!r}" for t in shown["untypeset"]]
@@ -366,14 +366,18 @@ def test_offline_search(site: Site, browser: object) -> None:
     """The site's own search (Sphinx's index, in the page's JavaScript) finds a chapter."""
     with _page(browser, site) as (page, visit):
         problems, _ = inspect(page, visit, site, "search.html?q=online+softmax")
+        n_failed, n_off = len(visit.failed), len(visit.off_site)
         results = page.locator("#search-results ul.search li a")
         try:
             results.first.wait_for(timeout=PAGE_TIMEOUT_S * 1000)
         except Exception:
             problems.append("the search for 'online softmax' returned nothing")
+        page.wait_for_load_state("networkidle")  # the result summaries are fetched pages
         hrefs = [results.nth(i).get_attribute("href") for i in range(results.count())]
         page.screenshot(path=str(ARTIFACTS / "search.jpg"), type="jpeg", quality=70)
-        problems += [f"failed request: {u}" for u in visit.failed if u not in str(problems)]
+        problems += [f"failed request while searching: {u}" for u in visit.failed[n_failed:]]
+        problems += [f"request off the site while searching (blocked): {u}"
+                     for u in visit.off_site[n_off:]]
     if hrefs and not any("02_streaming_softmax" in h for h in hrefs):
         problems.append(f"searching 'online softmax' does not find chapter 2: {hrefs[:5]}")
     _summary(f"search 'online softmax': {len(hrefs)} result(s)")

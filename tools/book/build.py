@@ -211,7 +211,14 @@ def prepare_sources(readme: Readme, src: Path = SRC) -> int:
 
 def build(out: Path = OUT, fresh: bool = False, jobs: str = "1") -> None:
     """Prepare the sources and run Sphinx's HTML builder into ``out``."""
-    from sphinx.cmd.build import build_main
+    try:
+        import myst_nb  # noqa: F401
+        import sphinx_book_theme  # noqa: F401
+        from sphinx.cmd.build import build_main
+    except ImportError as e:
+        raise BookError(f"{e.name} is missing: `make env` installs the website's tools "
+                        "(requirements.txt; a GPU runner's wheelhouse leaves them out, so build "
+                        "the site on the CPU machine)") from None
 
     t0 = time.monotonic()
     readme = read_readme()
