@@ -38,6 +38,8 @@ DOCTREES = BUILD / "book-doctrees"
 # CDN. Committed notebooks have none (their widgets stored a static figure); drop them anyway.
 WIDGET_MIMES = ("application/vnd.jupyter.widget-view+json",
                 "application/vnd.jupyter.widget-state+json")
+# nbval's per-cell directives (``# NBVAL_CHECK_OUTPUT``) are test machinery, not the lesson
+NBVAL_LINE = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+[ \t]*\n?", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -152,10 +154,14 @@ def _write_if_changed(path: Path, data: bytes) -> bool:
 
 def site_copy(notebook: Path) -> bytes:
     """The notebook as the site renders it: stored outputs kept, live-widget outputs and widget
-    state dropped (the committed notebooks have none; a stray one must not pull in a CDN)."""
+    state dropped (the committed notebooks have none; a stray one must not pull in a CDN), and
+    nbval's directive lines left out of the code."""
     nb = json.loads(notebook.read_text(encoding="utf-8"))
     nb.get("metadata", {}).pop("widgets", None)
     for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            source = "".join(cell.get("source", ""))
+            cell["source"] = NBVAL_LINE.sub("", source)
         outputs = []
         for out in cell.get("outputs", []):
             data = out.get("data")
