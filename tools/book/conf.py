@@ -74,7 +74,6 @@ mathjax2_config = {
                               (5, "Fraktur", False), (6, "Fraktur", True)]
     }},
     "messageStyle": "none",
-    "menuSettings": {"zoom": "None"},
 }
 
 html_theme = "sphinx_book_theme"

@@ -18,7 +18,8 @@ from typing import Any
 from docutils import nodes
 from sphinx.application import Sphinx
 
-STATIC_MARKER = "(static figure: open this chapter in JupyterLab"
+# what a widget prints under its static figure (flashtext.widgets, under FLASHTEXT_STATIC=1)
+STATIC_MARKER = re.compile(r"\(static figure: open this chapter in JupyterLab[^)]*\)\n?")
 CHAPTER_DOC = re.compile(r"^chapters/(\d\d)_")
 
 SECTION_KINDS = {
@@ -74,10 +75,9 @@ def _mark_sections(doctree: nodes.document) -> None:
 
 def _caption_static_figures(doctree: nodes.document) -> None:
     for block in list(doctree.findall(nodes.literal_block)):
-        if "stream" not in block["classes"] or STATIC_MARKER not in block.astext():
+        if "stream" not in block["classes"] or not STATIC_MARKER.search(block.astext()):
             continue
-        rest = block.astext().replace(
-            "(static figure: open this chapter in JupyterLab, `make lab`, to interact)", "")
+        rest = STATIC_MARKER.sub("", block.astext())
         caption = nodes.paragraph(classes=["ft-widget-note"])
         caption += nodes.Text("A widget, shown here as its static figure: open the chapter "
                               "in JupyterLab (")
