@@ -21,7 +21,7 @@ import torch
 from flashtext import reference
 from flashtext.fa4_softmax import exp2_poly_coefficients, exp2_relative_error
 from flashtext.kernels import gluon_forward as gf
-from flashtext.kernels.accuracy import Case, Errors, make_inputs
+from flashtext.kernels.accuracy import Case, Errors, make_inputs, model_cases
 from tests.kernel_helpers import DEVICE, GPU_SWEEP, ON_GPU, _np, _poisoned, gpu
 
 SM90 = ON_GPU and torch.cuda.get_device_capability() == (9, 0) and gf.HAVE_GLUON
@@ -235,6 +235,25 @@ def test_gluon_sweep_covers_the_required_shapes():
 def test_sweep(case):
     q, k, v, _ = make_inputs(case, DEVICE)
     _check(q, k, v, case.causal)
+
+
+MODEL_SWEEP = [c for c in model_cases("gpu", ("float16", "bfloat16"))
+               if c.head_dim in gf.HEAD_DIMS]
+
+
+def test_model_sweep_has_gqa_and_windows():
+    assert {c.heads // (c.heads_kv or c.heads) for c in MODEL_SWEEP} >= {1, 4, 8}
+    assert len({c.window for c in MODEL_SWEEP}) >= 3
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("case", MODEL_SWEEP, ids=Case.label)
+def test_model_sweep(case):
+    """The real-model cases (grouped K/V heads, sliding windows) through the Gluon kernel."""
+    q, k, v, _ = make_inputs(case, DEVICE)
+    assert gf.gluon_supported(q, k, v, case.causal, case.window)
+    _check(q, k, v, case.causal, window=case.window)
 
 
 @sm90
