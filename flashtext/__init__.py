@@ -12,10 +12,15 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """``flashtext.flash_attention`` and ``flashtext.attention_forward``, imported on first use
-    (importing them loads triton, which a chapter that never runs a kernel does not need)."""
+    """``flashtext.flash_attention``, ``flashtext.attention_forward`` and
+    ``flashtext.ring_attention``, imported on first use (importing them loads triton, which a
+    chapter that never runs a kernel does not need)."""
     if name in ("flash_attention", "attention_forward"):
         from flashtext import kernels
 
         return getattr(kernels, name)
+    if name == "ring_attention":
+        from flashtext.context_parallel import ring_attention
+
+        return ring_attention
     raise AttributeError(f"module 'flashtext' has no attribute {name!r}")
