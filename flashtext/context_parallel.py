@@ -57,6 +57,7 @@ __all__ = [
     "RingAttentionFunction",
     "block_plan",
     "merge_partial",
+    "overlap_summary",
     "profile_ring",
     "profile_worker",
     "ring_attention",
@@ -74,9 +75,10 @@ _TAG_K, _TAG_V, _TAG_DK, _TAG_DV = 1, 2, 3, 4  # gloo matches messages by tag; N
 # ------------------------------------------------------------------------------ sharding
 
 def shard(x: torch.Tensor, rank: int, world: int, layout: str = "zigzag") -> torch.Tensor:
-    """Rank ``rank``'s rows (dim 2) of a full-sequence (batch, heads, N, d) tensor."""
-    if not isinstance(x, torch.Tensor) or x.dim() != 4:
-        raise ValueError("x must be a (batch, heads, seq, head_dim) torch.Tensor")
+    """Rank ``rank``'s rows (dim 2) of a full-sequence (batch, heads, N, d) tensor, or of a
+    (batch, heads, N) one such as a log-sum-exp."""
+    if not isinstance(x, torch.Tensor) or x.dim() not in (3, 4):
+        raise ValueError("x must be a (batch, heads, seq[, head_dim]) torch.Tensor")
     rows = torch.as_tensor(shard_positions(x.shape[2], world, rank, layout), device=x.device)
     return x.index_select(2, rows).contiguous()
 
@@ -400,9 +402,44 @@ def profile_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     m = sum(communicate[i] for i in sending)
     s = sum(ring[i] for i in sending)
     hidden = (c + m - s) / min(c, m) if min(c, m) > 0 else 0.0
+    rank = dist.get_rank(group)
+    plans = [block_plan(rank, (rank - t) % world, world, q.shape[2], causal, layout)
+             for t in range(world)]
     return {"compute": compute, "communicate": communicate, "ring": ring,
-            "overlap": max(0.0, min(1.0, hidden)), "world": world, "n_local": q.shape[2],
-            "causal": causal, "layout": layout, "backward": backward}
+            "overlap": max(0.0, min(1.0, hidden)), "world": world, "rank": rank,
+            "pairs": [0 if b is None else b.pairs(q.shape[2]) for b in plans],
+            "batch": q.shape[0], "heads": q.shape[1], "n_local": q.shape[2],
+            "head_dim": q.shape[3], "element_size": q.element_size(), "causal": causal,
+            "layout": layout, "backward": backward}
+
+
+def overlap_summary(profile: dict) -> dict:
+    """What one rank's :func:`profile_ring` says about the overlap condition, over the steps
+    that send (forward only).
+
+    ``rate``: the kernel's FLOP/s (4 d FLOPs per visible (query, key) pair, the two matmuls);
+    ``bandwidth``: bytes of one K/V shard over the time to pass it on alone; ``threshold``:
+    the shard length n/W at which a full non-causal block's compute, 4 (n/W)^2 d, takes as long
+    as its transfer, 2 (n/W) d bytes per element: R b / (2 BW), this hardware's condition.
+    ``hidden``: the fraction of the transfer time the real ring did not pay for."""
+    if profile["backward"]:
+        raise ValueError("profile: overlap_summary reads a forward profile (backward=False)")
+    sending = range(profile["world"] - 1)
+    if not sending:
+        raise ValueError("profile: a ring of one rank sends nothing; profile 2 or more ranks")
+    per_head = profile["batch"] * profile["heads"]
+    d, b, n = profile["head_dim"], profile["element_size"], profile["n_local"]
+    flops = sum(4 * d * per_head * profile["pairs"][t] for t in sending)
+    compute = sum(profile["compute"][t] for t in sending)
+    communicate = sum(profile["communicate"][t] for t in sending)
+    ring = sum(profile["ring"][t] for t in sending)
+    shard_bytes = 2 * n * d * per_head * b * len(sending)  # K and V, every sending step
+    rate, bandwidth = flops / compute, shard_bytes / communicate
+    return {"compute": compute / len(sending), "communicate": communicate / len(sending),
+            "ring": ring / len(sending), "rate": rate, "bandwidth": bandwidth,
+            "threshold": rate * b / (2 * bandwidth),
+            "hidden": max(0.0, min(1.0, (compute + communicate - ring) / communicate)),
+            "overlap": profile["overlap"]}
 
 
 # ------------------------------------------------------------------------------ a worker
