@@ -451,7 +451,8 @@ def run_cases(rank: int, world: int, device: torch.device, cases: list[dict]) ->
     A case holds full-sequence CPU tensors ``q``, ``k``, ``v``, ``do`` (batch, heads, N, d)
     and ``causal``, ``layout``, ``sm_scale``; every rank takes its shard. ``mismatch_rank``
     (optional) makes that rank pass shards two rows short, to show the cross-rank check. Returns
-    per case this rank's ``o``, ``lse``, ``dq``, ``dk``, ``dv`` (CPU), or ``error`` (the
+    per case this rank's ``o``, ``lse``, ``dq``, ``dk``, ``dv`` (CPU) and ``pairs`` (the
+    (query, key) pairs of the block the kernel got at each step), or ``error`` (the
     ValueError's text)."""
     results = []
     for case in cases:
@@ -467,8 +468,11 @@ def run_cases(rank: int, world: int, device: torch.device, cases: list[dict]) ->
             results.append({"error": str(err)})
             continue
         o.backward(shard(case["do"], rank, world, layout).to(device=device, dtype=o.dtype))
+        plans = [block_plan(rank, (rank - t) % world, world, q.shape[2], case.get("causal", False),
+                            layout) for t in range(world)]
         results.append({"o": o.detach().cpu(), "lse": lse.cpu(), "dq": q.grad.cpu(),
-                        "dk": k.grad.cpu(), "dv": v.grad.cpu()})
+                        "dk": k.grad.cpu(), "dv": v.grad.cpu(),
+                        "pairs": [0 if b is None else b.pairs(q.shape[2]) for b in plans]})
     return results
 
 

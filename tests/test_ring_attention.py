@@ -193,6 +193,9 @@ def test_ring_of_two_forward_and_backward():
     results = ring.launch(cp.run_cases, 2, (cases,), backend="gloo", timeout=60)
     for i, case in enumerate(cases):
         _check(case, [r[i] for r in results], floor=2e-6)
+        work = np.array([r[i]["pairs"] for r in results])
+        want = ring.causal_work(16, 2, case["layout"]) if case["causal"] else np.full((2, 2), 64)
+        np.testing.assert_array_equal(work, want)
 
 
 def test_ring_of_three_forward_backward_and_checks():
