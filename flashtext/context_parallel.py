@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.autograd.function import once_differentiable
 
 from flashtext.ring import LAYOUTS, shard_positions
 
@@ -295,6 +296,7 @@ class RingAttentionFunction(torch.autograd.Function):
         return o, lse
 
     @staticmethod
+    @once_differentiable  # the backward ring's kernels are not themselves differentiable
     def backward(ctx, do, _dlse):
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = ring_backward(do.to(q.dtype).contiguous(), q, k, v, o, lse, ctx.causal,
@@ -304,9 +306,10 @@ class RingAttentionFunction(torch.autograd.Function):
 
 # ------------------------------------------------------------------------------ validation
 
-def _validate(q, k, v, causal, sm_scale, layout, group) -> float:
-    """Check this rank's inputs, then that every rank of the group agrees on them (one small
-    all_gather), so a mismatch is a ValueError on every rank, never a hang. Returns the scale."""
+def _validate(q, k, v, causal, sm_scale, layout, group, check_ranks: bool = True) -> float:
+    """Check this rank's inputs, then (``check_ranks``) that every rank of the group agrees on
+    them (one small all_gather), so a mismatch is a ValueError on every rank, never a hang.
+    Returns the scale."""
     from flashtext.kernels import attention_forward
 
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -336,6 +339,10 @@ def _validate(q, k, v, causal, sm_scale, layout, group) -> float:
                          "group (torch.distributed.init_process_group, or flashtext.ring.launch)")
     # the kernel's own checks (dtype, head_dim, device) on an empty slice, before any transfer
     attention_forward(q[:, :, :0], k[:, :, :0], v[:, :, :0], causal, scale)
+    if not isinstance(check_ranks, bool):
+        raise ValueError(f"check_ranks must be True or False, got {check_ranks!r}")
+    if not check_ranks:
+        return scale
     world = dist.get_world_size(group)
     mine = torch.tensor([*q.shape, DTYPES.index(q.dtype), int(causal), LAYOUTS.index(layout),
                          round(scale * 2**40)], dtype=torch.int64, device=q.device)
@@ -352,7 +359,7 @@ def _validate(q, k, v, causal, sm_scale, layout, group) -> float:
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                    sm_scale: float | None = None, group=None, layout: str = "zigzag",
-                   return_lse: bool = False):
+                   return_lse: bool = False, check_ranks: bool = True):
     """Exact attention over a sequence sharded across the ranks of ``group`` (default: the
     world), differentiable. Call it on every rank with that rank's shards (:func:`shard` makes
     them from a full tensor; :func:`unshard` puts outputs back in order); returns this rank's
@@ -360,8 +367,12 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     docstring for the ring, the layouts and the blocks the kernel computes.
 
     ``return_lse=True`` also returns this rank's log-sum-exps over the whole sequence
-    ((batch, heads, N/W), float32, natural log; no gradient flows through them)."""
-    scale = _validate(q, k, v, causal, sm_scale, layout, group)
+    ((batch, heads, N/W), float32, natural log; no gradient flows through them).
+    ``check_ranks=False`` skips the check that all ranks passed shards of one shape, dtype,
+    mask, scale and layout: one all_gather and a wait for it on the host per call, worth
+    skipping in a training loop whose shapes are known to agree (a mismatch then fails only
+    when the transfers do, or at the group's timeout)."""
+    scale = _validate(q, k, v, causal, sm_scale, layout, group, check_ranks)
     o, lse = RingAttentionFunction.apply(q, k, v, causal, scale, layout, group)
     return (o, lse) if return_lse else o
 

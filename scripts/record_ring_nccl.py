@@ -20,8 +20,9 @@ TORCH_SYMM_MEM_DISABLE_MULTICAST=1). For each ring size W it records:
   threshold R b / (2 BW) and the fraction of the transfer time hidden
   (:func:`flashtext.context_parallel.overlap_summary`); and the backward ring likewise.
 * ``throughput``: the whole ring (forward, and forward + backward through autograd), no
-  per-step synchronisation, causal zigzag and non-causal, at fixed N/W: seconds per call and
-  tokens/s (N = W * N/W tokens) for the scaling of tokens/s with W.
+  per-step synchronisation, causal zigzag and non-causal, at fixed N/W, with and without the
+  cross-rank input check (``check_ranks``): seconds per call of the slowest rank and tokens/s
+  (N = W * N/W tokens) for the scaling of tokens/s with W.
 
 Without CUDA it stops with a message: nothing is invented.
 """
@@ -102,14 +103,16 @@ def _throughput(rank, world, device, n_local, heads, head_dim, repeats, dtype):
         g = torch.Generator(device=device).manual_seed(rank)
         q, k, v, do = (torch.randn((1, heads, n_local, head_dim), generator=g, device=device)
                        .to(getattr(torch, dtype)) for _ in range(4))
-        for backward in (False, True):
+        for backward, check_ranks in ((False, True), (True, True), (False, False),
+                                      (True, False)):
             times = []
             for i in range(repeats + 2):  # two warm-ups (compiles, NCCL connections)
                 qs, ks, vs = (t.detach().requires_grad_(backward) for t in (q, k, v))
                 dist.barrier()
                 cp._sync(device)
                 start = time.perf_counter()
-                o = cp.ring_attention(qs, ks, vs, causal, layout="zigzag")
+                o = cp.ring_attention(qs, ks, vs, causal, layout="zigzag",
+                                      check_ranks=check_ranks)
                 if backward:
                     o.backward(do)
                 cp._sync(device)
@@ -117,6 +120,7 @@ def _throughput(rank, world, device, n_local, heads, head_dim, repeats, dtype):
                     times.append(time.perf_counter() - start)
             seconds = sorted(times)[len(times) // 2]
             out.append({"causal": causal, "backward": backward, "layout": "zigzag",
+                        "check_ranks": check_ranks,
                         "n_local": n_local, "n": n_local * world, "seconds": seconds,
                         "tokens_per_s": n_local * world / seconds})
     return out
@@ -189,8 +193,9 @@ def _report(run: dict) -> None:
                   f"threshold {s['threshold']:.0f} tokens")
     for row in run["throughput"]:
         print(f"  throughput N/W={row['n_local']} causal={row['causal']!s:<5} "
-              f"{'fwd+bwd' if row['backward'] else 'fwd':<7} {row['seconds'] * 1e3:8.2f} ms "
-              f"{row['tokens_per_s'] / 1e6:8.2f} M tokens/s")
+              f"{'fwd+bwd' if row['backward'] else 'fwd':<7} "
+              f"{'checked' if row['check_ranks'] else 'unchecked':<9} "
+              f"{row['seconds'] * 1e3:8.2f} ms {row['tokens_per_s'] / 1e6:8.2f} M tokens/s")
 
 
 def main() -> None:

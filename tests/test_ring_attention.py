@@ -1,6 +1,10 @@
 """flashtext.ring_attention: the block plan is exact for every layout, the lse merge, sharding,
-and real rings of spawned CPU processes over gloo (2 and 3 ranks; one process group per test,
-shared by its cases), forward and backward against float64 attention on the full sequence."""
+and real rings of spawned processes (2 and 3 ranks; one process group per test, shared by its
+cases), forward and backward against float64 attention on the full sequence.
+
+On a CPU the rings are CPU processes over gloo (the kernels under Triton's interpreter); where
+Triton compiles for a GPU they are one process per GPU over NCCL, skipped when there are fewer
+GPUs than ranks."""
 
 import datetime
 import math
@@ -10,8 +14,21 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import flashtext
 from flashtext import context_parallel as cp
 from flashtext import online, reference, ring
+
+ON_GPU = flashtext.on_gpu()
+DEVICE = flashtext.torch_device()
+BACKEND = "nccl" if ON_GPU else "gloo"
+
+
+def _ranks(world: int):
+    """Skip where this machine cannot give every rank a device the kernels run on."""
+    if ON_GPU and torch.cuda.device_count() < world:
+        pytest.skip(f"a ring of {world} NCCL ranks needs {world} GPUs; "
+                    f"{torch.cuda.device_count()} here")
+    return world
 
 
 def _kernel_mask(block: cp.Block | None, n_local: int) -> np.ndarray:
@@ -90,8 +107,9 @@ def test_shard_unshard(layout):
 @pytest.fixture
 def group_of_one():
     store = dist.HashStore()
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group(BACKEND, store=store, rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=30),
+                            **({"device_id": DEVICE} if ON_GPU else {}))
     try:
         yield
     finally:
@@ -99,6 +117,7 @@ def group_of_one():
 
 
 def _qkv(shape, seed=0, dtype=torch.float32):
+    """Four seeded CPU tensors (q, k, v, do)."""
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(shape, generator=g).to(dtype) for _ in range(4)]
 
@@ -106,19 +125,19 @@ def _qkv(shape, seed=0, dtype=torch.float32):
 @pytest.mark.parametrize("causal", [False, True])
 def test_world_of_one_is_attention(group_of_one, causal):
     q, k, v, do = _qkv((1, 2, 12, 16))
-    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
-    o, lse = cp.ring_attention(qg, kg, vg, causal, 0.5, return_lse=True)
-    o.backward(do)
+    qg, kg, vg = (t.to(DEVICE).requires_grad_(True) for t in (q, k, v))
+    o, lse = cp.ring_attention(qg, kg, vg, causal, 0.5, return_lse=True, check_ranks=causal)
+    o.backward(do.to(DEVICE))
     want_o, want_lse = reference.attention(q, k, v, causal=causal, scale=0.5, return_lse=True)
     grads = reference.attention_backward(q, k, v, do, causal=causal, scale=0.5)
-    np.testing.assert_allclose(o.detach().numpy(), want_o, atol=2e-5, rtol=2e-5)
-    np.testing.assert_allclose(lse.numpy(), want_lse, atol=2e-5, rtol=2e-5)
+    np.testing.assert_allclose(o.detach().cpu().numpy(), want_o, atol=2e-5, rtol=2e-5)
+    np.testing.assert_allclose(lse.cpu().numpy(), want_lse, atol=2e-5, rtol=2e-5)
     for got, want in zip((qg.grad, kg.grad, vg.grad), grads, strict=True):
-        np.testing.assert_allclose(got.numpy(), want, atol=2e-5, rtol=2e-5)
+        np.testing.assert_allclose(got.cpu().numpy(), want, atol=2e-5, rtol=2e-5)
 
 
 def test_validation_names_the_argument(group_of_one):
-    q, k, v, _ = _qkv((1, 2, 6, 16))
+    q, k, v, _ = (t.to(DEVICE) for t in _qkv((1, 2, 6, 16)))
     bad = [
         ((q.numpy(), k, v), {}, "q must be a 4-d torch.Tensor"),
         ((q, k[0], v), {}, "k must be a 4-d"),
@@ -129,6 +148,7 @@ def test_validation_names_the_argument(group_of_one):
         ((q, k, v), {"sm_scale": math.nan}, "sm_scale must be a finite number"),
         ((q.double(), k.double(), v.double()), {}, "dtype"),
         ((q, k, v.half()), {}, "one dtype"),
+        ((q, k, v), {"check_ranks": 1}, "check_ranks must be True or False"),
     ]
     for args, kwargs, message in bad:
         with pytest.raises(ValueError, match=message):
@@ -144,10 +164,10 @@ def test_needs_a_process_group():
 
 # ------------------------------------------------------------------------ real rings over gloo
 
-def _case(n, causal, layout, seed, dtype=torch.float32, sm_scale=None, huge_row=None):
-    q, k, v, do = _qkv((1, 2, n, 16), seed)
+def _case(n, causal, layout, seed, dtype=torch.float32, sm_scale=None, huge_row=None, heads=2):
+    q, k, v, do = _qkv((1, heads, n, 16), seed)
     if huge_row is not None:  # a row of huge scores: the merge must rescale, not overflow
-        q[0, 1, huge_row] *= 40.0
+        q[0, -1, huge_row] *= 40.0
     return {"q": q.to(dtype), "k": k.to(dtype), "v": v.to(dtype), "do": do.to(dtype),
             "causal": causal, "layout": layout, "sm_scale": sm_scale}
 
@@ -156,11 +176,13 @@ def _kernel_on_full_sequence(case):
     """The single-process kernel (flashtext.kernels.flash_attention) on the whole sequence."""
     from flashtext.kernels import attention_forward, flash_attention
 
-    q, k, v = (case[x].clone().requires_grad_(True) for x in ("q", "k", "v"))
+    q, k, v = (case[x].to(DEVICE).requires_grad_(True) for x in ("q", "k", "v"))
     o = flash_attention(q, k, v, case["causal"], case["sm_scale"])
-    o.backward(case["do"])
-    _, lse = attention_forward(case["q"], case["k"], case["v"], case["causal"], case["sm_scale"])
-    return {"o": o.detach(), "lse": lse, "dq": q.grad, "dk": k.grad, "dv": v.grad}
+    o.backward(case["do"].to(DEVICE))
+    _, lse = attention_forward(q.detach(), k.detach(), v.detach(), case["causal"],
+                               case["sm_scale"])
+    return {name: t.detach().cpu() for name, t in
+            (("o", o), ("lse", lse), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad))}
 
 
 def _check(case, per_rank, floor):
@@ -190,7 +212,7 @@ def test_ring_of_two_forward_and_backward():
              _case(16, True, "zigzag", 2, sm_scale=0.3, huge_row=11),
              _case(16, True, "striped", 3),
              _case(16, True, "contiguous", 4)]
-    results = ring.launch(cp.run_cases, 2, (cases,), backend="gloo", timeout=60)
+    results = ring.launch(cp.run_cases, _ranks(2), (cases,), backend=BACKEND, timeout=60)
     for i, case in enumerate(cases):
         _check(case, [r[i] for r in results], floor=2e-6)
         work = np.array([r[i]["pairs"] for r in results])
@@ -199,11 +221,11 @@ def test_ring_of_two_forward_and_backward():
 
 
 def test_ring_of_three_forward_backward_and_checks():
-    cases = [_case(18, True, "striped", 5, huge_row=4),
-             _case(24, True, "zigzag", 6),
-             {**_case(18, True, "striped", 7), "mismatch_rank": 1},
-             _case(24, False, "zigzag", 8, dtype=torch.float16)]
-    results = ring.launch(cp.run_cases, 3, (cases,), backend="gloo", timeout=60)
+    cases = [_case(18, True, "striped", 5, huge_row=4, heads=1),
+             _case(24, True, "zigzag", 6, heads=1),
+             {**_case(18, True, "striped", 7, heads=1), "mismatch_rank": 1},
+             _case(24, False, "zigzag", 8, dtype=torch.float16, heads=1)]
+    results = ring.launch(cp.run_cases, _ranks(3), (cases,), backend=BACKEND, timeout=60)
     _check(cases[0], [r[0] for r in results], floor=2e-6)
     _check(cases[1], [r[1] for r in results], floor=2e-6)
     # one rank's shards too short: every rank gets the ValueError, none hangs
@@ -216,7 +238,7 @@ def test_ring_of_three_forward_backward_and_checks():
 
 
 def test_profile_ring_times_every_step():
-    results = ring.launch(cp.profile_worker, 2, (8,), backend="gloo", timeout=60)
+    results = ring.launch(cp.profile_worker, _ranks(2), (8,), backend=BACKEND, timeout=60)
     for rank, prof in enumerate(results):
         assert prof["world"] == 2 and prof["n_local"] == 8, rank
         for key in ("compute", "communicate", "ring"):
