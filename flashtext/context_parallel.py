@@ -383,31 +383,40 @@ def profile_ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
                  layout: str = "zigzag", group=None, repeats: int = 3,
                  backward: bool = False) -> dict:
     """Time one rank's ring, per step, three ways: kernels alone (``compute``), transfers alone
-    (``communicate``), and the real ring with both overlapped (``ring``). Each is the median
-    over ``repeats`` runs after one warm-up, in seconds, one entry per ring step. ``overlap``:
-    the fraction of the smaller of compute and communication that the ring hid,
-    (compute + communicate - ring) / min(compute, communicate), clipped to [0, 1], summed over
-    the steps that send (the last forward step sends nothing)."""
+    (``communicate``), and the real ring with both overlapped (``ring``), taking turns. Each is
+    the median over ``repeats`` rounds after one warm-up round, in seconds, one entry per ring
+    step. ``overlap``: the fraction of the smaller of compute and communication that the ring
+    hid, (compute + communicate - ring) / min(compute, communicate), clipped to [0, 1], summed
+    over the steps that send (the last forward step sends nothing)."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
     scale = _validate(q, k, v, causal, None, layout, group)
     world = dist.get_world_size(group)
 
-    def run(compute: bool, communicate: bool) -> list[float]:
-        runs = []
-        for _ in range(repeats + 1):
-            times: list[float] = []
-            dist.barrier(group=group)
-            if backward:
-                o, lse = ring_forward(q, k, v, causal, scale, layout, group)
-                ring_backward(torch.ones_like(q), q, k, v, o, lse, causal, scale, layout, group,
-                              compute=compute, communicate=communicate, step_times=times)
-            else:
-                ring_forward(q, k, v, causal, scale, layout, group, compute=compute,
-                             communicate=communicate, step_times=times)
-            runs.append(times)
-        per_step = torch.tensor(runs[1:], dtype=torch.float64)
-        return per_step.median(dim=0).values.tolist()
+    def once(compute: bool, communicate: bool) -> list[float]:
+        times: list[float] = []
+        dist.barrier(group=group)
+        if backward:
+            o, lse = ring_forward(q, k, v, causal, scale, layout, group)
+            ring_backward(torch.ones_like(q), q, k, v, o, lse, causal, scale, layout, group,
+                          compute=compute, communicate=communicate, step_times=times)
+        else:
+            ring_forward(q, k, v, causal, scale, layout, group, compute=compute,
+                         communicate=communicate, step_times=times)
+        return times
 
-    compute, communicate, ring = run(True, False), run(False, True), run(True, True)
+    # the three ways take turns, so a machine whose speed drifts (shared cores, clocks)
+    # slows all three alike; one warm-up round first
+    modes = {"compute": (True, False), "communicate": (False, True), "ring": (True, True)}
+    runs: dict[str, list[list[float]]] = {name: [] for name in modes}
+    for round_ in range(repeats + 1):
+        for name, (do_compute, do_communicate) in modes.items():
+            times = once(do_compute, do_communicate)
+            if round_:
+                runs[name].append(times)
+    compute, communicate, ring = (
+        torch.tensor(runs[name], dtype=torch.float64).median(dim=0).values.tolist()
+        for name in modes)
     sending = range(world if backward else world - 1)
     c = sum(compute[i] for i in sending)
     m = sum(communicate[i] for i in sending)

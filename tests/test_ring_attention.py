@@ -155,6 +155,14 @@ def test_validation_names_the_argument(group_of_one):
             cp.ring_attention(*args, **kwargs)
 
 
+def test_profile_ring_validates(group_of_one):
+    q, k, v, _ = (t.to(DEVICE) for t in _qkv((1, 1, 4, 16)))
+    with pytest.raises(ValueError, match="repeats must be a positive integer"):
+        cp.profile_ring(q, k, v, repeats=0)
+    with pytest.raises(ValueError, match="profile: a ring of one rank sends nothing"):
+        cp.overlap_summary(cp.profile_ring(q, k, v, repeats=1))
+
+
 def test_needs_a_process_group():
     q, k, v, _ = _qkv((1, 1, 4, 16))
     assert not dist.is_initialized()
