@@ -15,6 +15,10 @@ What it records (functions in :mod:`flashtext.roofline`; times are medians of tr
 * ``attention``: naive fp16 attention split into its three kernels, and SDPA's FLASH_ATTENTION,
   16 heads, d in {64, 128}, N = 512 ... 8192 with batch * N = 65536 (N = 1024, d = 64 is
   FlashAttention-1's Figure 2 setting: GPT-2 medium, batch 64).
+* ``softmax``: the softmax alone on the same S (16 heads, N = 512 ... 8192, batch * N = 65536):
+  ``torch.softmax``, chapter 9's one-pass Triton softmax and a plain copy of S, with the CUDA
+  kernel ``torch.softmax`` launches. It says whether the softmax's bytes can move at copy speed
+  (the roofline's assumption) and which kernel falls short.
 
 Runs about a minute on an H200. Without CUDA it stops with a message: nothing is invented.
 """

@@ -63,6 +63,19 @@ def test_measurements_need_cuda():
         roofline.measure_copy_bandwidth()
     with pytest.raises(RuntimeError, match="CUDA GPU"):
         roofline.measure_memory_wall(quick=True)
+    with pytest.raises(RuntimeError, match="CUDA GPU"):
+        roofline.measure_softmax_kernels(1, 1, 64)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_softmax_measurement_names_its_kernel_and_counts_the_bytes():
+    row = roofline.measure_softmax_kernels(2, 4, 1024)
+    assert row["bytes"] == 2 * 2 * 4 * 1024 * 1024 * 2  # read S + write P, fp16
+    for name in ("torch.softmax", "triton one-pass softmax", "copy"):
+        assert row[f"{name} ms"] > 0
+        assert row[f"{name} TB/s"] == pytest.approx(row["bytes"] / row[f"{name} ms"] / 1e9)
+    assert any("softmax" in k.lower() for k in row["torch.softmax kernels"])
 
 
 def test_read_kernel_sums_what_it_reads():
