@@ -326,6 +326,20 @@ def measure_softmax_kernels(batch: int, heads: int, n: int) -> dict[str, Any]:
     return row
 
 
+SOFTMAX_SIZES = (512, 1024, 2048, 4096, 8192)  # rows of N scores, batch * N = 65536, 16 heads
+
+
+def measure_softmax_sweep(quick: bool = False, log=print) -> list[dict[str, Any]]:
+    """:func:`measure_softmax_kernels` over chapter 1's N (two of them when ``quick``)."""
+    torch = _torch_cuda()
+    rows = []
+    for n in ((1024, 4096) if quick else SOFTMAX_SIZES):
+        rows.append(measure_softmax_kernels(65536 // n, 16, n))
+        torch.cuda.empty_cache()
+        log("softmax:", rows[-1])
+    return rows
+
+
 MiB = 2**20
 
 
@@ -365,11 +379,6 @@ def measure_memory_wall(quick: bool = False, log=print) -> dict[str, Any]:
         payload["attention"].append(row)
         torch.cuda.empty_cache()
         log("attention:", row)
-    payload["softmax"] = []  # the softmax alone, against a one-pass kernel and a copy
-    for n in sorted({n for d, n in configs if d == 64}):
-        row = measure_softmax_kernels(65536 // n, 16, n)
-        payload["softmax"].append(row)
-        torch.cuda.empty_cache()
-        log("softmax:", row)
+    payload["softmax"] = measure_softmax_sweep(quick, log)  # vs a one-pass kernel and a copy
     payload["seconds"] = round(time.perf_counter() - start, 1)
     return payload
