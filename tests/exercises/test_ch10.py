@@ -161,7 +161,7 @@ def test_the_kernel_checker_compiles_exact_fp32_dots(monkeypatch):
     recompiles the reader's kernel under that setting, then leaves the environment as it was."""
     import os
 
-    from flashtext.exercises.ch09 import exact_fp32_dots
+    from flashtext.exercises.kernel_checks import exact_fp32_dots
 
     class FakeJit:
         device_caches = {"cuda:0": "compiled with tf32"}
