@@ -47,7 +47,7 @@ def check_axpy(kernel) -> None:
         x_vals = torch.randn(n, generator=g)  # both signs: no [0, 1) inputs
         y_vals = torch.randn(n, generator=g)
         want = axpy_spec(x_vals, y_vals, alpha).numpy()
-        box = Sandbox()
+        box = Sandbox(case)
         x, y = box.input("X", x_vals), box.input("Y", y_vals)
         out = box.output("OUT", (n,))
         box.launch(kernel, (triton.cdiv(n, block),), x, y, out, n, alpha, BLOCK=block)
@@ -87,11 +87,11 @@ def check_row_logsumexp(kernel) -> None:
         # rows of n_cols stored contiguously, and with 7 poisoned (NaN) entries between rows
         for block, stride_extra in ((triton.next_power_of_2(n_cols), 0),
                                     (2 * triton.next_power_of_2(n_cols), 7)):
-            box = Sandbox()
+            shape = f"n_cols={n_cols}, BLOCK={block}, row stride {n_cols + stride_extra}"
+            box = Sandbox(f"{shape}, {len(data)} rows")
             x = box.input("X", torch.tensor(data, dtype=torch.float32), pad=(0, stride_extra),
                           dims=("row", "column"))
             out = box.output("OUT", (len(data),), dims=("row",))
-            shape = (f"n_cols={n_cols}, BLOCK={block}, row stride {x.stride(0)}")
             box.launch(kernel, (len(data),), x, out, x.stride(0), n_cols, BLOCK=block)
             got = out.cpu().numpy().astype(np.float64)
             for i, name in enumerate(names):
@@ -156,7 +156,7 @@ def check_matmul(kernel) -> None:
         b_vals = torch.randn(k, n, generator=g).to(torch.float16)
         # products of fp16 numbers are exact in fp32: only the fp32 sum rounds
         want = a_vals.double().numpy() @ b_vals.double().numpy()
-        box = Sandbox()
+        box = Sandbox("")
         a = _placed(box, "A", a_vals, (m, k), layouts[0])
         b = _placed(box, "B", b_vals, (k, n), layouts[1])
         c = _placed(box, "C", None, (m, n), layouts[2])
@@ -164,6 +164,7 @@ def check_matmul(kernel) -> None:
                 + "".join(f", {d}" for d in described)
                 + f" (strides A {tuple(a.stride())}, B {tuple(b.stride())}, "
                   f"C {tuple(c.stride())})")
+        box.case = case
         box.launch(kernel, (triton.cdiv(m, bm), triton.cdiv(n, bn)), a, b, c, m, n, k,
                    *a.stride(), *b.stride(), *c.stride(), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
         compare(c, want, case, "C", rtol=1e-4, atol=1e-4)

@@ -176,18 +176,18 @@ def _check_attention_kernel(kernel) -> None:
         # every tensor's head stride is longer than its rows (a block of poison between heads),
         # and each one's differs: a kernel that uses N * HEAD_DIM, or another tensor's stride,
         # reads poison or writes out of bounds
-        box = Sandbox()
+        box = Sandbox(case)
         q_in = box.input("Q", q, pad=(0, bm, 0), dims=heads)
         k_in = box.input("K", k, pad=(0, bn + 2, 0), dims=heads)
         v_in = box.input("V", v, pad=(0, bn + 2, 0), dims=heads)  # V shares K's stride
         o = box.output("O", (h, n_q, d), pad=(0, bm + 3, 0), dims=heads)
         lse = box.output("LSE", (h, n_q), pad=(0, bm + 5), dims=("head", "row"))
-        strides = (f"head strides Q {q_in.stride(0)}, K and V {k_in.stride(0)}, O "
-                   f"{o.stride(0)}, LSE {lse.stride(0)}")
+        case = (f"{case} (head strides Q {q_in.stride(0)}, K and V {k_in.stride(0)}, O "
+                f"{o.stride(0)}, LSE {lse.stride(0)})")
+        box.case = case
         box.launch(kernel, (triton.cdiv(n_q, bm), h), q_in, k_in, v_in, o, lse, sm_scale,
                    q_in.stride(0), k_in.stride(0), o.stride(0), lse.stride(0), n_q, n_k,
                    HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal)
-        case = f"{case} ({strides})"
         compare(o, want_o, case, "O", rtol=tf32_tolerance(1e-4),
                 atol=tf32_tolerance(1e-5 + 2e-7 * s_max))
         compare(lse, want_lse, case, "lse (natural log)", rtol=tf32_tolerance(1e-5),

@@ -149,7 +149,7 @@ def _check_dq_kernel(kernel) -> None:
         # Q and dO share stride_qh, K and V stride_kh; each head stride is longer than the rows
         # (poison between heads), and dQ's differs from Q's. LSE and DELTA are contiguous, as
         # the stub promises, inside poison.
-        box = Sandbox()
+        box = Sandbox(case)
         q_in = box.input("Q", q, pad=(0, bm, 0), dims=heads)
         do_in = box.input("DO", do, pad=(0, bm, 0), dims=heads)
         k_in = box.input("K", k, pad=(0, bn + 2, 0), dims=heads)
@@ -158,10 +158,11 @@ def _check_dq_kernel(kernel) -> None:
         delta_in = box.input("DELTA", torch.tensor(delta, dtype=torch.float32),
                              dims=("head", "row"))
         dq = box.output("DQ", (h, n_q, d), pad=(0, bm + 3, 0), dims=heads)
+        case = (f"{case} (head strides Q and DO {q_in.stride(0)}, K and V {k_in.stride(0)}, "
+                f"DQ {dq.stride(0)})")
+        box.case = case
         box.launch(kernel, (triton.cdiv(n_q, bm), h), q_in, k_in, v_in, do_in, lse_in,
                    delta_in, dq, sm_scale, q_in.stride(0), k_in.stride(0), dq.stride(0), n_q,
                    n_k, HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal)
-        case = (f"{case} (head strides Q and DO {q_in.stride(0)}, K and V {k_in.stride(0)}, "
-                f"DQ {dq.stride(0)})")
         compare(dq, want, case, "dQ", rtol=tf32_tolerance(1e-4),
                 atol=tf32_tolerance(2e-5 + 2e-7 * s_max))

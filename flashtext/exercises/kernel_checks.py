@@ -125,9 +125,10 @@ class _Region:
             if len(shape) == 1 and self.physical == shape:
                 side = "before the start" if inside < 0 else "past the end"
                 return f"{self.name}[{inside}], {side} of {self.name} ({shape[0]} elements)"
+            dims = " x ".join(str(s) for s in shape)
             if inside < 0:
-                return f"the element {-inside} before the start of {self.name}"
-            return f"the element {inside - size + 1} past the end of {self.name}"
+                return f"the element {-inside} before the start of {self.name} ({dims})"
+            return f"the element {inside - size + 1} past the end of {self.name} ({dims})"
         phys = np.unravel_index(inside, self.physical)
         index = [0] * len(shape)
         for p, d in enumerate(self.order):
@@ -160,7 +161,8 @@ class Sandbox:
     """Inputs and outputs for launches of a reader's kernel, laid out so that stray accesses
     are caught (see the module docstring). One sandbox per case; ``launch`` may run once."""
 
-    def __init__(self, guard: int = GUARD):
+    def __init__(self, case: str, guard: int = GUARD):
+        self.case = case  # the input, in words: every message starts with it
         self.guard = guard
         self.regions: list[_Region] = []
 
@@ -216,10 +218,10 @@ class Sandbox:
             raise
         except Exception as exc:
             if monitor is not None and monitor.violation:
-                raise ExerciseFailed(monitor.violation) from None
-            raise ExerciseFailed(_kernel_error(exc)) from None
+                raise ExerciseFailed(f"{self.case}: {monitor.violation}") from None
+            raise ExerciseFailed(f"{self.case}: {_kernel_error(exc)}") from None
         if monitor is not None and monitor.violation:  # raised inside, swallowed by the kernel
-            raise ExerciseFailed(monitor.violation)
+            raise ExerciseFailed(f"{self.case}: {monitor.violation}")
         self._check_untouched()
 
     def _check_untouched(self) -> None:
@@ -233,8 +235,8 @@ class Sandbox:
                 what = ("wrote into", "an input: inputs are read-only") \
                     if region.role == "input" else ("wrote outside", "mask the store")
                 raise ExerciseFailed(
-                    f"your kernel {what[0]} {region.name} ({hits.size} element(s); the first is "
-                    f"{region.place(int(hits[0]))}): {what[1]}.")
+                    f"{self.case}: your kernel {what[0]} {region.name} ({hits.size} element(s); "
+                    f"the first is {region.place(int(hits[0]))}): {what[1]}.")
 
 
 def _kernel_error(exc: BaseException) -> str:
