@@ -67,9 +67,9 @@ def check_fwht(fn) -> None:
     got, peak = peak_allocation(fn, x.copy())
     expect(peak < n * n * 8 // 32,
            f"a vector of length {n}: your function allocated {peak / 1e6:.1f} MB at its peak, "
-           f"a good part of the {n} x {n} Hadamard matrix ({n * n * 8 / 1e6:.1f} MB in "
-           "float64): the fast transform needs no matrix, only log2(n) rounds of butterflies "
-           "on the vector itself.")
+           f"on the scale of the {n} x {n} Hadamard matrix ({n * n * 8 / 1e6:.1f} MB in "
+           "float64). The fast transform needs no matrix: only log2(n) rounds of butterflies "
+           "on the vector itself, O(n log n) work.")
     expect_close(got, fp8.fwht(x), what="the transform of x", case=f"a vector of length {n}",
                  rtol=1e-9, atol=1e-9)
     # the point of the exercise: with the same random signs on Q and K, Q K^T is unchanged
