@@ -328,14 +328,18 @@ class _Monitor:
         raise ExerciseFailed(self.violation)
 
     def fail_wild(self, verb: str, address: int) -> None:
-        nearest = min(self.regions, key=lambda r: abs(address - r.lo))
-        offset = (address - nearest.lo) // nearest.itemsize - nearest.guard
+        def distance(r: _Region) -> int:
+            hi = r.lo + r.buffer.numel() * r.itemsize
+            return r.lo - address if address < r.lo else address - hi
+        nearest = min(self.regions, key=distance)
+        away = distance(nearest) // nearest.itemsize + nearest.guard
+        side = "before its start" if address < nearest.lo else "past its end"
         self.violation = (
-            f"your kernel {verb} an address that belongs to none of its tensors ("
-            f"{self._program()}; {number(offset)} elements from the start of {nearest.name}): a "
-            "pointer offset far out of range (a wrong stride or program id, or a missing "
-            "mask?). The checker stopped the kernel before that access, which could have "
-            "corrupted memory.")
+            f"your kernel {verb} an address that belongs to none of its tensors "
+            f"({self._program()}; the nearest, {nearest.name}, is {away:,} elements away, "
+            f"{side}): a pointer offset far out of range (a wrong stride or program id, "
+            "or a missing mask?). The checker stopped the kernel before that access, which "
+            "could have corrupted memory.")
         raise ExerciseFailed(self.violation)
 
 
