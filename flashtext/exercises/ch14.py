@@ -21,7 +21,8 @@ def _combine_cases(rng: np.random.Generator):
     q, k, v = rng.standard_normal((4, 8)), rng.standard_normal((37, 8)), \
         rng.standard_normal((37, 8))
     for splits in (1, 2, 5):
-        yield (f"{splits} splits of 37 keys, 4 query rows", *partials(q, k, v, splits))
+        yield (f"{splits} split{'s' if splits > 1 else ''} of 37 keys, 4 query rows",
+               *partials(q, k, v, splits))
     yield ("huge scores (q x 300): lses in the hundreds, exp(lse) overflows",
            *partials(q * 300.0, k, v, 3))
     yield ("every score below -2000 (q near +30, k near -30): exp(lse) underflows to 0",

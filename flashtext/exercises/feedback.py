@@ -18,15 +18,31 @@ class ExerciseFailed(AssertionError):
     """A reader's answer is wrong; the message says how."""
 
 
-def number(x: Any) -> str:
-    """A plain rendering of one number: ``3``, ``2.5``, ``1e-300``, ``-inf``, ``nan``."""
+def number(x: Any, digits: int | None = None) -> str:
+    """A plain rendering of one number: ``3``, ``24,832``, ``2.5``, ``1e-300``, ``-inf``.
+
+    Integers (and floats that hold one exactly, below 1e15) get thousands separators; other
+    floats their shortest exact form, or ``digits`` significant digits when given.
+    """
     if isinstance(x, (bool, np.bool_)):
         return str(bool(x))
     if isinstance(x, numbers.Integral):
-        return str(int(x))
+        return f"{int(x):,}" if abs(int(x)) >= 10_000 else str(int(x))
     if isinstance(x, numbers.Real):
-        return repr(float(x))
+        f = float(x)
+        if np.isfinite(f) and f == int(f) and abs(f) < 1e15:
+            return number(int(f))
+        return repr(f) if digits is None else f"{f:.{digits}g}"
     return repr(x)
+
+
+def two_numbers(expected: float, got: float) -> tuple[str, str]:
+    """The two with as few digits as tell them apart (at most all of them)."""
+    for digits in (6, 9, 12, 17):
+        e, g = number(expected, digits), number(got, digits)
+        if e != g:
+            return e, g
+    return number(expected), number(got)
 
 
 def describe(value: Any, limit: int = 6) -> str:
@@ -105,19 +121,14 @@ def expect_close(got: Any, expected: Any, *, what: str, case: str,
     if np.all(ok):
         return
     if got_arr.ndim == 0:
-        g, e = float(got_arr), float(exp_arr)
-        hint = " (NaN: an overflow, or inf - inf?)" if np.isnan(g) else ""
-        raise ExerciseFailed(f"{case}: {what}: expected {number(e)}, got {number(g)}{hint}.")
+        e, g = two_numbers(float(exp_arr), float(got_arr))
+        hint = " (NaN: an overflow, or inf - inf?)" if np.isnan(float(got_arr)) else ""
+        raise ExerciseFailed(f"{case}: {what}: expected {e}, got {g}{hint}.")
     bad = np.argwhere(~ok)
     first = tuple(int(i) for i in bad[0])
-    g, e = float(got_arr[first]), float(exp_arr[first])
-    hint = " (NaN: an overflow, or inf - inf?)" if np.isnan(g) else ""
+    e, g = two_numbers(float(exp_arr[first]), float(got_arr[first]))
+    hint = " (NaN: an overflow, or inf - inf?)" if np.isnan(float(got_arr[first])) else ""
     raise ExerciseFailed(
-        f"{case}: in {what}, the entry at index {first} is wrong: expected {number(e)}, got "
-        f"{number(g)}{hint}; {len(bad)} of {exp_arr.size} entries differ."
+        f"{case}: in {what}, the entry at index {first} is wrong: expected {e}, got {g}{hint}; "
+        f"{len(bad)} of {exp_arr.size} entries differ."
     )
-
-
-def expect_equal_ints(got: Any, expected: int, *, what: str, case: str) -> None:
-    """An exact integer answer (a count, a size): plain numbers in the message."""
-    expect_close(got, expected, what=what, case=case, rtol=0, atol=0)

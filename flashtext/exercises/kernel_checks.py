@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 import flashtext
-from flashtext.exercises.core import ExerciseFailed, NotAttempted, describe, number
+from flashtext.exercises.core import ExerciseFailed, NotAttempted, describe
 
 CANARY = -12345.0  # what an output holds before the kernel writes it (exact in fp32)
 GUARD = 4096  # elements of guard region on each side of a buffer: more than any block here
@@ -90,8 +90,10 @@ def require_kernel(kernel) -> None:
     if "raise NotImplementedError" in source:
         raise NotAttempted
     if not (hasattr(kernel, "fn") and hasattr(kernel, "__getitem__")):
-        raise ExerciseFailed(f"expected a @triton.jit function, got {describe(kernel)}; "
-                             "put @triton.jit on the line above `def`.")
+        what = (f"the plain function {kernel.__name__}" if callable(kernel)
+                and hasattr(kernel, "__name__") else describe(kernel))
+        raise ExerciseFailed(f"expected a @triton.jit function, got {what}; put @triton.jit on "
+                             "the line above `def`.")
 
 
 # --------------------------------------------------------------------------------- layouts
@@ -124,7 +126,8 @@ class _Region:
         if inside < 0 or inside >= size:
             if len(shape) == 1 and self.physical == shape:
                 side = "before the start" if inside < 0 else "past the end"
-                return f"{self.name}[{inside}], {side} of {self.name} ({shape[0]} elements)"
+                count = f"{shape[0]} element" + ("s" if shape[0] != 1 else "")
+                return f"{self.name}[{inside}], {side} of {self.name} ({count})"
             dims = " x ".join(str(s) for s in shape)
             if inside < 0:
                 return f"the element {-inside} before the start of {self.name} ({dims})"
@@ -138,8 +141,9 @@ class _Region:
         if not over:
             return at
         d = over[0]
+        plural = "s" if shape[d] != 1 else ""
         return (f"{at}, past the last {self.dims[d]} of {self.name} ({self.name} has "
-                f"{shape[d]} {self.dims[d]}s there; the memory after them is not its)")
+                f"{shape[d]} {self.dims[d]}{plural} there; the memory after them is not its)")
 
     def outside(self) -> np.ndarray:
         """Indices of buffer elements that are not the view's."""
@@ -317,7 +321,7 @@ class _Monitor:
     def fail(self, verb: str, region: _Region, element: int) -> None:
         where = region.place(element)
         if verb == "wrote" and region.role == "input":
-            advice = f"{region.name} is an input: a kernel only reads it"
+            advice = f"{region.name} is an input, which a kernel only reads."
         elif verb == "read":
             advice = ("a tl.load without a mask, or with one that lets through lanes past the "
                       "end? (or a stride that is not the one given)")
