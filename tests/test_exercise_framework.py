@@ -82,7 +82,7 @@ def test_expect_close_reports_index_and_nan():
 def test_messages_show_plain_numbers_not_numpy_reprs():
     with pytest.raises(ExerciseFailed) as failure:
         core.expect_close(np.array([1.0, 2.5]), np.array([1.0, 3.0]), what="the output", case="c")
-    assert "np.float64" not in str(failure.value) and "expected 3.0, got 2.5" in str(failure.value)
+    assert "np.float64" not in str(failure.value) and "expected 3, got 2.5" in str(failure.value)
     with pytest.raises(ExerciseFailed) as failure:
         core.expect_close(np.float64(0.1), np.int64(1), what="the value", case="c")
     assert "np." not in str(failure.value)
@@ -300,3 +300,13 @@ def test_every_untouched_stub_in_the_chapters_is_reported_as_not_attempted(tmp_p
                 assert "[not attempted yet]" in out and f"({ex_id})" in out, (path.name, out)
                 checked.add(ex_id)
     assert checked == set(load_all()), set(load_all()) - checked
+
+
+def test_an_earlier_failure_recorded_in_the_progress_file_is_mentioned(tmp_path, monkeypatch):
+    file = _use(tmp_path, monkeypatch, json.dumps(
+        {"ch03.merge": {"status": "failed", "time": "2026-01-01 10:00"}}).encode())
+    core.forget_outcomes()
+    out = verify("ch03.merge_tree", lambda blocks, tree: (0.0, 1.0))
+    assert "builds on exercise 3.1 (ch03.merge), which failed when it was last checked" \
+        in out.message
+    assert file.exists()

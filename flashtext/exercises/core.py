@@ -213,18 +213,36 @@ def _checker_could_not_use(ex: Exercise, answer: Any, exc: Exception) -> Outcome
     return Outcome(ex.id, "failed", f"the check stopped with an exception: {text}")
 
 
+def _recorded_status(exercise_id: str) -> str | None:
+    """The status the progress file holds for an exercise checked in an earlier session."""
+    from flashtext.exercises import progress
+
+    try:
+        return progress.load().get(exercise_id, {}).get("status")
+    except Exception:  # the record is a convenience: never let it break a verdict
+        return None
+
+
 def _with_prerequisites(ex: Exercise, outcome: Outcome) -> Outcome:
-    """Say so when an earlier exercise this one builds on has not passed in this session."""
+    """Say so when an earlier exercise this one builds on has not passed (in this session, or
+    at its last check recorded in the progress file)."""
     if outcome.status != "failed":
         return outcome
     notes = []
     for earlier_id in ex.builds_on:
-        earlier = _OUTCOMES.get(earlier_id)
-        if earlier is None or earlier.passed or earlier_id in outcome.message:
+        if earlier_id in outcome.message:
             continue
-        state = "failed its check" if earlier.status == "failed" else "is not attempted yet"
-        notes.append(f"This exercise builds on {get(earlier_id).label}, which {state} in this "
-                     "session: if your code uses it, fix that one first.")
+        earlier = _OUTCOMES.get(earlier_id)
+        status = earlier.status if earlier is not None else _recorded_status(earlier_id)
+        if status == "failed":
+            state = ("failed its check in this session" if earlier is not None
+                     else "failed when it was last checked")
+        elif status == "not_attempted":
+            state = "is not attempted yet"
+        else:
+            continue
+        notes.append(f"This exercise builds on {get(earlier_id).label}, which {state}: if your "
+                     "code uses it, fix that one first.")
     if not notes:
         return outcome
     return Outcome(ex.id, outcome.status, outcome.message + "\n" + "\n".join(notes))

@@ -145,10 +145,6 @@ class _Region:
         return (f"{at}, past the last {self.dims[d]} of {self.name} ({self.name} has "
                 f"{shape[d]} {self.dims[d]}{plural} there; the memory after them is not its)")
 
-    def outside(self) -> np.ndarray:
-        """Indices of buffer elements that are not the view's."""
-        return np.flatnonzero(~self.valid)
-
 
 def _layout(shape: Sequence[int], pad: Sequence[int] | None, order: Sequence[int] | None
             ) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -101,3 +101,16 @@ def test_the_tie_cases_are_ties():
     for m in (16, 19, 48, 96, 160, 576):
         d = ch04.largest_head_dim(m)
         assert cost.fa1_paper_budget(m, d) == m
+
+
+def test_the_block_size_cases_have_the_properties_their_names_claim():
+    from flashtext.exercises.ch04 import _gpu_cases
+
+    left_over = 0
+    for case, smem, d, size in _gpu_cases():
+        if "left over" in case:
+            assert smem % size and (smem // size) % (4 * d) == 0  # true division would tip it
+            left_over += 1
+        if "exact multiple of 4d" in case:
+            assert smem % size == 0 and (smem // size) % (4 * d) == 0
+    assert left_over >= 3

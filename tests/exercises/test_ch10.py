@@ -361,3 +361,15 @@ def test_key_range_catches_off_by_ones_at_the_block_edges():
         "the last tile always masked": mid_never_all_keys,
     }, message_must_mention={"first row sees i + offset keys (no + 1)": "masks tiles",
                              "the last tile always masked": "largest valid mid"})
+
+
+def test_key_range_cases_put_block_edges_on_the_diagonal():
+    from flashtext.exercises.ch10 import KEY_RANGE_CASES
+
+    first_row_on_edge = all_keys_on_edge = 0
+    for n_q, n_k, bm, bn in KEY_RANGE_CASES:
+        for start_m in range(0, n_q, bm):
+            seen = start_m + n_k - n_q + 1  # keys the block's first row sees
+            first_row_on_edge += 0 < seen < n_k and seen % bn == 0
+            all_keys_on_edge += seen >= n_k and n_k % bn == 0
+    assert first_row_on_edge >= 3 and all_keys_on_edge >= 2
