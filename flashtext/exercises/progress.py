@@ -163,5 +163,7 @@ def table() -> str:
     return f"Exercises done: {n_done} of {len(exercises)}\n" + "\n".join(lines)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # make progress: a damaged file is one plain line, not a traceback
+    warnings.formatwarning = lambda message, category, *args, **kwargs: (
+        f"{category.__name__}: {message}\n")
     print(table())
