@@ -5,7 +5,7 @@ import triton
 import triton.language as tl
 
 from solutions import ch09
-from tests.exercises.harness import assert_exercise
+from tests.exercises.harness import assert_exercise, interpreted_only
 
 
 @triton.jit
@@ -71,14 +71,14 @@ def test_axpy():
         "ignores program_id": axpy_ignores_program_id,
         "forgets alpha": axpy_forgets_alpha,
         "not a kernel": not_a_kernel,
-        "loads unmasked, store masked": axpy_loads_unmasked,
-        "stores far out of bounds": axpy_stores_far_away,
         "writes into its input": axpy_into_x,
+        **interpreted_only({"loads unmasked, store masked": axpy_loads_unmasked,
+                            "stores far out of bounds": axpy_stores_far_away}),
     }, message_must_mention={"no mask": "past the end", "ignores program_id": "never written",
                              "not a kernel": "@triton.jit",
                              "loads unmasked, store masked": "read X[1], past the end of X",
                              "stores far out of bounds": "none of its tensors",
-                             "writes into its input": "X is an input"})
+                             "writes into its input": "an input"})
 
 
 # -------------------------------------------------------------------- row logsumexp
@@ -146,8 +146,8 @@ def test_row_logsumexp():
         "padding read as 0": lse_pads_with_zero,
         "ignores the row stride": lse_ignores_stride,
         "NaN for a row of -inf": lse_nan_on_empty_row,
-        "unmasked load, padding hidden after": lse_unmasked_load,
         "OUT indexed with the row stride": lse_stores_with_row_stride,
+        **interpreted_only({"unmasked load, padding hidden after": lse_unmasked_load}),
     }, message_must_mention={"NaN for a row of -inf": "NaN",
                              "unmasked load, padding hidden after": "your kernel read X[",
                              "OUT indexed with the row stride": "wrote"})
@@ -284,8 +284,8 @@ def test_matmul():
         "one k block": matmul_one_k_block,
         "ignores A's strides": matmul_ignores_a_strides,
         "ignores C's strides": matmul_ignores_c_strides,
-        "unmasked loads, masked store": matmul_unmasked_loads,
         "unmasked store": matmul_unmasked_store,
+        **interpreted_only({"unmasked loads, masked store": matmul_unmasked_loads}),
     }, message_must_mention={"assumes contiguous": "transposed",
                              "ignores A's strides": "A stored transposed",
                              "ignores C's strides": "C ",

@@ -14,6 +14,7 @@ import triton.language as tl
 
 from flashtext.exercises import ExerciseFailed, kernel_checks
 from flashtext.exercises.kernel_checks import CANARY, Sandbox
+from tests.exercises.harness import needs_interpreter
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,6 +46,7 @@ def _box(n=100):
     return box, x, out
 
 
+@needs_interpreter
 def test_a_right_kernel_runs_and_leaves_no_patch_behind():
     from triton.runtime import interpreter
 
@@ -54,6 +56,7 @@ def test_a_right_kernel_runs_and_leaves_no_patch_behind():
     assert "create_masked_store" not in vars(interpreter.interpreter_builder)
 
 
+@needs_interpreter
 @pytest.mark.parametrize("shift, where", [(1, "OUT[100], past the end of OUT (100 elements)"),
                                           (-1, "OUT[-1], before the start of OUT")])
 def test_a_store_just_outside_is_stopped_before_it_happens(shift, where):
@@ -65,6 +68,7 @@ def test_a_store_just_outside_is_stopped_before_it_happens(shift, where):
     assert guard[box.guard + 100] == CANARY and guard[box.guard - 1] == CANARY  # never written
 
 
+@needs_interpreter
 def test_a_store_far_away_is_stopped_and_named():
     box, x, out = _box()
     with pytest.raises(ExerciseFailed, match=r"wrote an address that belongs to none of its "
@@ -88,6 +92,7 @@ def test_without_the_monitor_a_write_into_an_input_is_caught(monkeypatch):
         box.launch(into_input, (1,), x, out, 100, BLOCK=128)
 
 
+@needs_interpreter
 def test_a_read_into_the_row_padding_names_the_row_and_column():
     box = Sandbox("rows of 5 with a row stride of 8")
     x = box.input("X", torch.ones(3, 5), pad=(0, 3), dims=("row", "column"))
@@ -109,6 +114,7 @@ def test_layouts_put_views_where_they_say():
         region.valid)]).all()  # everything around the view is poison
 
 
+@needs_interpreter
 def test_far_out_of_bounds_kernels_cannot_crash_a_notebook():
     """The two kinds of kernel that used to kill Python ("double free or corruption"): an
     unmasked store of a small output (LSE) and a store with a wild offset, run through check()
