@@ -4,6 +4,7 @@ from flashtext.exercises.core import (
     REGISTRY,
     Exercise,
     ExerciseFailed,
+    NotAttempted,
     Outcome,
     check,
     exercise,
@@ -12,5 +13,5 @@ from flashtext.exercises.core import (
     verify,
 )
 
-__all__ = ["REGISTRY", "Exercise", "ExerciseFailed", "Outcome", "check", "exercise", "hints",
-           "load_all", "verify"]
+__all__ = ["REGISTRY", "Exercise", "ExerciseFailed", "NotAttempted", "Outcome", "check",
+           "exercise", "hints", "load_all", "verify"]

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from flashtext.exercises.core import exercise, expect, expect_close
+from flashtext.exercises.core import describe, exercise, expect, expect_close
 from flashtext.hardware import GPUS
 from flashtext.roofline import standard_attention_steps
 
@@ -43,17 +43,30 @@ def check_naive_attention_bytes(fn) -> None:
     ),
 )
 def check_attainable_flops(fn) -> None:
-    for key, gpu in GPUS.items():
-        ridge = gpu.matmul_flops / gpu.hbm_bandwidth
-        for intensity in (0.25, 1.25, 10.0, ridge, ridge * 1.01, 1000.0, 1e6):
-            expected = min(gpu.matmul_flops, gpu.hbm_bandwidth * intensity)
-            got = fn(intensity, gpu.matmul_flops, gpu.hbm_bandwidth)
+    for key, (peak, bandwidth) in _roofline_machines().items():
+        ridge = peak / bandwidth
+        # both sides of the ridge and right at it, including the band between any guessed
+        # ridge (100, 200, 300 FLOP/B) and the real one
+        for intensity in (0.25, 1.25, 10.0, 0.5 * ridge, 0.75 * ridge, 0.95 * ridge, ridge,
+                          1.05 * ridge, 1.5 * ridge, 1000.0, 1e6):
+            expected = min(peak, bandwidth * intensity)
+            got = fn(intensity, peak, bandwidth)
             expect_close(got, expected, what="attainable FLOP/s", rtol=1e-12,
-                         case=f"{key}: intensity {intensity:.6g} FLOP/B (ridge {ridge:.4g})")
+                         case=f"{key}: intensity {intensity:.6g} FLOP/B (ridge {ridge:.4g} "
+                              "FLOP/B)")
     xs = np.array([0.1, 10.0, 100.0, 1000.0])
     got = fn(xs, 312e12, 1.5e12)
     expect_close(got, np.minimum(312e12, 1.5e12 * xs), what="attainable FLOP/s", rtol=1e-12,
                  case="an array of intensities [0.1, 10, 100, 1000] on an A100")
+
+
+def _roofline_machines() -> dict[str, tuple[float, float]]:
+    """(peak FLOP/s, bandwidth B/s) of the book's GPUs and of two imaginary machines whose
+    ridges (5 and 5000 FLOP/B) are far from any real GPU's, so no remembered ridge passes."""
+    machines = {key: (gpu.matmul_flops, gpu.hbm_bandwidth) for key, gpu in GPUS.items()}
+    machines["an imaginary chip with a ridge of 5 FLOP/B (10 TFLOP/s, 2 TB/s)"] = (10e12, 2e12)
+    machines["an imaginary chip with a ridge of 5000 FLOP/B (5 PFLOP/s, 1 TB/s)"] = (5e15, 1e12)
+    return machines
 
 
 def _gpus():
@@ -82,7 +95,8 @@ def check_step_times(fn) -> None:
             got = fn(batch, heads, n, d, gpu)
             case = f"{key}, batch={batch}, heads={heads}, N={n}, d={d}"
             expect(isinstance(got, dict) and set(got) == {s.name for s in steps},
-                   f"{case}: return a dict with keys {[s.name for s in steps]}, got {got!r}")
+                   f"{case}: return a dict with keys {[s.name for s in steps]}, got "
+                   f"{describe(got)}")
             for s in steps:
                 expect_close(got[s.name], s.time(gpu), what=f"the time of {s.name} (seconds)",
                              case=case, rtol=1e-9)

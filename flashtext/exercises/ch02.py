@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 from flashtext import reference as ref
-from flashtext.exercises.core import adversarial_rows, exercise, expect, expect_close
+from flashtext.exercises.core import (
+    ExerciseFailed,
+    adversarial_rows,
+    describe,
+    exercise,
+    expect,
+    expect_close,
+    number,
+)
+from flashtext.exercises.rules import StreamedRow
 from flashtext.online import SoftmaxState
 
 BLOCKS = (1, 2, 3, 4, 8, 64)
@@ -48,11 +57,11 @@ def check_online_update(fn) -> None:
             state = SoftmaxState.empty()
             for k, chunk in enumerate(_blocks(x, block)):
                 case = (f"{name}, block={block}: after block {k} with scores "
-                        f"{np.array2string(chunk[:6], precision=3)} starting from (m={m!r}, "
-                        f"l={l!r})")
+                        f"{np.array2string(chunk[:6], precision=3)} starting from "
+                        f"(m={number(m)}, l={number(l)})")
                 out = fn(m, l, chunk.copy())
                 expect(isinstance(out, tuple) and len(out) == 2,
-                       f"{case}: return a tuple (m_new, l_new), got {out!r}")
+                       f"{case}: return a tuple (m_new, l_new), got {describe(out)}")
                 state = state.update(chunk)
                 expect_close(out[0], state.m, what="m_new", case=case, rtol=0, atol=0)
                 expect_close(out[1], state.l, what="l_new", case=case, rtol=1e-12, atol=1e-300)
@@ -64,14 +73,21 @@ def _check_softmax_like(fn, what: str, expected_of, rtol: float) -> None:
     rows["every score -inf (no key visible), n=5"] = np.full(5, -np.inf)
     for name, x in rows.items():
         for block in BLOCKS:
-            got = fn(x.copy(), block)
-            expect_close(got, expected_of(x), what=what, case=f"{name}, block={block}",
-                         rtol=rtol, atol=1e-300)
+            case = f"{name}, block={block}"
+            log: list[str] = []
+            got = fn(StreamedRow(x.copy(), block, log), block)
+            expect_close(got, expected_of(x), what=what, case=case, rtol=rtol, atol=1e-300)
+            if log:
+                raise ExerciseFailed(
+                    f"{case}: your function used {log[0]}; a streaming pass reads at most "
+                    f"block={block} scores at a time (x[a:a + block]) and folds them into "
+                    "(m, l) with online_update: no whole-row max or sum.")
 
 
 @exercise(
     "ch02.streaming_softmax",
     "Softmax streamed over blocks",
+    builds_on=("ch02.online_update",),
     hints=(
         "Two passes over the blocks: the first folds (m, l) with your online update, the "
         "second writes exp(x - m) / l block by block.",
@@ -87,6 +103,7 @@ def check_streaming_softmax(fn) -> None:
 @exercise(
     "ch02.streaming_logsumexp",
     "log-sum-exp in one streaming pass",
+    builds_on=("ch02.online_update",),
     hints=(
         "Fold (m, l) over the blocks exactly as for softmax.",
         "log(sum_j exp(x_j)) = m + log(sum_j exp(x_j - m)) = m + log(l).",

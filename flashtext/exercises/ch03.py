@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashtext.exercises.core import adversarial_rows, exercise, expect, expect_close
+from flashtext.exercises.core import adversarial_rows, describe, exercise, expect, expect_close
 from flashtext.online import SoftmaxState, WelfordState, merge
 
 
@@ -45,7 +45,7 @@ def check_merge(fn) -> None:
             out = fn(ta, tb)
             where = f"{case}: merge({order}) with a={ta}, b={tb}"
             expect(isinstance(out, tuple) and len(out) == 2,
-                   f"{where}: return a tuple (m, l), got {out!r}")
+                   f"{where}: return a tuple (m, l), got {describe(out)}")
             expect_close(out[0], expected.m, what="the merged m", case=where, rtol=0, atol=0)
             expect_close(out[1], expected.l, what="the merged l", case=where, rtol=1e-13,
                          atol=1e-300)
@@ -58,9 +58,40 @@ def _random_tree(leaves: list[int], rng: np.random.Generator):
     return (_random_tree(leaves[:cut], rng), _random_tree(leaves[cut:], rng))
 
 
+def _tree_cases(rng: np.random.Generator):
+    """(case, blocks, tree, the scores the tree covers): random cuts of adversarial rows along
+    random trees, and blocks that are entirely -inf (fully masked leaves and subtrees)."""
+    for name, x in adversarial_rows(rng, 23).items():
+        for n_blocks in (1, 2, 3, 5, 8):
+            cuts = np.sort(rng.choice(np.arange(1, len(x)), n_blocks - 1, replace=False))
+            blocks = [b.copy() for b in np.split(x, cuts)]
+            leaves = [int(i) for i in rng.permutation(n_blocks)]
+            for tree in (_random_tree(leaves, rng), _random_tree(sorted(leaves), rng)):
+                yield (f"{name}, {n_blocks} blocks of sizes {[len(b) for b in blocks]}, tree "
+                       f"{tree}"), blocks, tree, x
+    inf3 = np.full(3, -np.inf)
+    live = [np.array([1.0, 2.0]), np.array([50.0]), np.array([-3.0, 0.0])]
+    yield ("blocks [[1, 2], [50], [-3, 0]], tree (2, 0) (block 1 is not in it)", live, (2, 0),
+           np.concatenate([live[2], live[0]]))
+    masked = [np.array([0.5, 3.0]), inf3, np.array([-1.0, 2.0, 7.0]), np.full(2, -np.inf)]
+    for tree in (((1, 3), (0, 2)), (0, (1, (2, 3))), ((2, 1), 0)):
+        covered = np.concatenate([masked[i] for i in _leaves(tree)])
+        yield (f"blocks 1 and 3 are all -inf (fully masked leaves), tree {tree}", masked, tree,
+               covered)
+    yield "a subtree (1, 3) of fully masked blocks only, on its own", masked, (1, 3), \
+        np.full(5, -np.inf)
+    yield "every block all -inf (a row that sees no key), tree ((0, 1), 2)", \
+        [inf3, np.full(1, -np.inf), inf3], ((0, 1), 2), np.full(7, -np.inf)
+
+
+def _leaves(tree) -> list[int]:
+    return [tree] if isinstance(tree, int) else _leaves(tree[0]) + _leaves(tree[1])
+
+
 @exercise(
     "ch03.merge_tree",
     "Merge blocks along any tree",
+    builds_on=("ch03.merge",),
     hints=(
         "Recursion: a leaf is an int, the index of a block; anything else is a pair "
         "(left subtree, right subtree).",
@@ -71,26 +102,13 @@ def _random_tree(leaves: list[int], rng: np.random.Generator):
 )
 def check_merge_tree(fn) -> None:
     rng = np.random.default_rng(5)
-    rows = adversarial_rows(rng, 23)
-    for name, x in rows.items():
-        for n_blocks in (1, 2, 3, 5, 8):
-            cuts = np.sort(rng.choice(np.arange(1, len(x)), n_blocks - 1, replace=False))
-            blocks = [b.copy() for b in np.split(x, cuts)]
-            leaves = [int(i) for i in rng.permutation(n_blocks)]
-            for tree in (_random_tree(leaves, rng), _random_tree(sorted(leaves), rng)):
-                case = f"{name}, {n_blocks} blocks of sizes {[len(b) for b in blocks]}, tree {tree}"
-                out = fn(blocks, tree)
-                expect(isinstance(out, tuple) and len(out) == 2,
-                       f"{case}: return a tuple (m, l), got {out!r}")
-                expect_close(out[0], np.max(x), what="the root's m", case=case, rtol=0, atol=0)
-                expect_close(out[1], np.sum(np.exp(x - np.max(x))), what="the root's l",
-                             case=case, rtol=1e-13, atol=1e-300)
-    # a subtree may cover only some blocks: the answer is over the leaves it names
-    blocks = [np.array([1.0, 2.0]), np.array([50.0]), np.array([-3.0, 0.0])]
-    out = fn(blocks, (2, 0))
-    sub = np.concatenate([blocks[2], blocks[0]])
-    expect_close(out[1], np.sum(np.exp(sub - sub.max())), what="l of the tree (2, 0)",
-                 case="blocks [[1, 2], [50], [-3, 0]], tree (2, 0) (block 1 is not in it)")
+    for case, blocks, tree, covered in _tree_cases(rng):
+        out = fn([b.copy() for b in blocks], tree)
+        expect(isinstance(out, tuple) and len(out) == 2,
+               f"{case}: return a tuple (m, l), got {describe(out)}")
+        want = SoftmaxState.from_block(covered)
+        expect_close(out[0], want.m, what="the root's m", case=case, rtol=0, atol=0)
+        expect_close(out[1], want.l, what="the root's l", case=case, rtol=1e-13, atol=1e-300)
 
 
 @exercise(
@@ -118,7 +136,7 @@ def check_welford_update(fn) -> None:
             state = fn(state, float(x))
             ref_state = ref_state.update(x)
             expect(isinstance(state, tuple) and len(state) == 3,
-                   f"{name}: return a tuple (count, mean, m2), got {state!r}")
+                   f"{name}: return a tuple (count, mean, m2), got {describe(state)}")
             case = f"{name}, after {i + 1} values"
             expect_close(state[0], i + 1, what="count", case=case, rtol=0, atol=0)
             expect_close(state[1], np.mean(xs[:i + 1]), what="the mean", case=case,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from flashtext import cost
-from flashtext.exercises.core import exercise, expect, expect_close
+from flashtext.exercises.core import ExerciseFailed, describe, exercise, expect, expect_close
 from flashtext.hardware import GPUS
 
 
@@ -21,6 +21,12 @@ def _gpu_cases() -> list[tuple[str, int, int, int]]:
     cases += [("a 16 KB SRAM, fp16", 16 * 1024, 64, 2), ("a 1,000-byte SRAM, fp32", 1000, 64, 4),
               ("a 300-byte SRAM, fp16", 300, 128, 2), ("a 49,999-byte SRAM, fp16", 49_999, 64, 2),
               ("a 6,000-byte SRAM, 1-byte fp8", 6000, 48, 1)]
+    # M an exact multiple of 4d (the ceiling is a tie: no extra row), and the same memory with
+    # a few bytes left over that do not make a whole element (M counts whole elements)
+    cases += [("a 49,152-byte SRAM, fp16 (M = 24,576 = 96 x 4d)", 49_152, 64, 2),
+              ("a 49,665-byte SRAM, fp16 (one byte left over)", 49_665, 64, 2),
+              ("a 65,539-byte SRAM, fp32 (three bytes left over)", 65_539, 128, 4),
+              ("a 8,193-byte SRAM, fp16 (one byte left over)", 8_193, 32, 2)]
     return cases
 
 
@@ -38,9 +44,14 @@ def check_block_sizes_for_gpu(fn) -> None:
     for case, smem, d, size in _gpu_cases():
         got = fn(smem, d, size)
         expect(isinstance(got, tuple) and len(got) == 2,
-               f"{case}, d={d}: return a tuple (Bc, Br), got {got!r}")
+               f"{case}, d={d}: return a tuple (Bc, Br), got {describe(got)}")
         m = smem // size
         bc, br = cost.block_sizes(m, d)
+        if smem % size and got[0] != bc and got[0] == -(-smem // (4 * d * size)):
+            raise ExerciseFailed(
+                f"{case}, d={d}: Bc = {describe(got[0])}, but {smem:,} bytes hold only "
+                f"M = {m:,} whole elements of {size} bytes (smem_bytes // bytes_per_element), "
+                f"and Bc = ceil({m:,} / {4 * d}) = {bc}: the left-over byte is no element.")
         expect_close(got[0], bc, what="Bc", case=f"{case}, d={d} (M = {m:,} elements)",
                      rtol=0, atol=0)
         expect_close(got[1], br, what="Br", case=f"{case}, d={d} (M = {m:,} elements, Bc = {bc})",
@@ -76,13 +87,21 @@ def check_largest_head_dim(fn) -> None:
     cases.update({"M = 49,152 (about 100 KB of fp16)": 49_152, "M = 4,096": 4096,
                   "M = 1,000": 1000, "M = 200": 200, "M = 7": 7, "M = 1 (nothing fits)": 1,
                   "M = 8,200": 8200, "M = 131,072": 131_072})
+    # budgets that land exactly on M at the answer: "at most M" includes M itself
+    cases.update({f"M = {m:,} (the largest d's budget is exactly M)": m
+                  for m in (16, 19, 48, 96, 160, 576)})
     for case, m in cases.items():
         got = fn(m)
         expected = largest_head_dim_reference(m)
-        if got is not None and np.ndim(got) == 0 and int(got) == expected + 1:
-            raise_msg = (f"{case}: you returned d = {got}, but at d = {got} the budget is "
-                         f"{cost.fa1_paper_budget(m, int(got)):,} > M = {m:,}. Off by one?")
-            expect(False, raise_msg)
+        if isinstance(got, (int, np.integer)) and int(got) == expected + 1:
+            raise ExerciseFailed(f"{case}: you returned d = {got}, but at d = {got} the budget "
+                                 f"is {cost.fa1_paper_budget(m, int(got)):,} > M = {m:,}. "
+                                 "Off by one?")
+        if isinstance(got, (int, np.integer)) and int(got) < expected \
+                and cost.fa1_paper_budget(m, expected) == m:
+            raise ExerciseFailed(f"{case}: you returned d = {got}, but d = {expected} fits too: "
+                                 f"its budget is exactly {m:,} = M, and the tiles must take "
+                                 "at most M (<=, not <).")
         expect_close(got, expected, what="the largest d", case=case, rtol=0, atol=0)
 
 
@@ -105,7 +124,8 @@ def check_swapped_loops(fn) -> None:
     for n, d, m in cases:
         case = f"N={n}, d={d}, M={m}"
         got = fn(n, d, m)
-        expect(isinstance(got, dict), f"{case}: return a dict of reads by tensor, got {got!r}")
+        expect(isinstance(got, dict),
+               f"{case}: return a dict of reads by tensor, got {describe(got)}")
         expected = cost.fa1_hbm_elements(n, d, m, loop_order="q_outer")["reads"]
         unswapped = cost.fa1_hbm_elements(n, d, m)["reads"]
         missing = sorted(set(expected) - set(got))
@@ -116,4 +136,5 @@ def check_swapped_loops(fn) -> None:
                 note = (" That is Algorithm 1's count in its own loop order; with the loops "
                         "swapped, line 6 runs inside the inner loop.")
             expect(got[name] == value,
-                   f"{case}: reads of {name} should be {value:,}, got {got[name]!r}.{note}")
+                   f"{case}: reads of {name} should be {value:,}, got {describe(got[name])}."
+                   f"{note}")

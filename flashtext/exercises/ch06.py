@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import numbers
+
 from flashtext import cost
-from flashtext.exercises.core import exercise, expect, expect_close
+from flashtext.exercises.core import ExerciseFailed, describe, exercise, expect, expect_close
 
 FA1_CASES = [(1024, 64, 49_152, 2), (1000, 64, 4096, 2), (4096, 128, 116_736, 2),
              (37, 8, 200, 4), (100, 4, 48, 4), (7, 16, 10_000, 2), (513, 32, 3000, 1),
@@ -28,7 +30,8 @@ def check_fa1_hbm_bytes(fn) -> None:
         got = fn(n, d, m, size)
         expected = cost.fa1_hbm_total(n, d, m) * size
         four = cost.fa1_hbm_four_step(n, d, m) * size
-        looks_like_four_step = got is not None and abs(float(got) - four) <= 1e-6 * four
+        looks_like_four_step = (isinstance(got, numbers.Real)
+                                and abs(float(got) - four) <= 1e-6 * four)
         if looks_like_four_step and four != expected:
             expect(False, f"{case}: you returned the four-step estimate 16 N^2 d^2 / M "
                           f"({four:,.0f} bytes); the exact count is {expected:,} bytes.")
@@ -85,6 +88,7 @@ def _compare_with_h200(fn) -> None:
 @exercise(
     "ch06.crossover_m",
     "The smallest SRAM from which Algorithm 1 moves less than standard attention",
+    builds_on=("ch06.fa1_hbm_bytes",),
     hints=(
         "Compare Algorithm 1's exact count (exercise 6.1, in elements) with standard "
         "attention's 4 N d + 4 N^2 for the same N and d.",
@@ -94,16 +98,25 @@ def _compare_with_h200(fn) -> None:
     ),
 )
 def check_crossover_m(fn) -> None:
+    # (10, 2), (100, 10), (266, 13): at some M Algorithm 1 moves exactly as many elements as
+    # standard attention, before it moves fewer (a tie that "strictly fewer" must step over)
     for n, d in [(4096, 64), (4096, 128), (1024, 64), (64, 64), (16, 1), (8192, 16), (1, 64),
-                 (3, 2), (1000, 100)]:
+                 (3, 2), (1000, 100), (10, 2), (100, 10), (266, 13)]:
         case = f"N={n}, d={d}"
         expected = cost.fa1_crossover_m(n, d)
         got = fn(n, d)
         if expected is None:
             expect(got is None, f"{case}: no M makes Algorithm 1 beat standard attention here "
-                                f"(return None), got {got!r}")
+                                f"(return None), got {describe(got)}")
             continue
         expect(got is not None, f"{case}: expected M = {expected:,}, got None")
+        standard = cost.standard_attention_hbm_total(n, d)
+        if isinstance(got, (int, float)) and 1 <= got < expected and got == int(got) \
+                and cost.fa1_hbm_total(n, d, int(got)) == standard:
+            raise ExerciseFailed(
+                f"{case}: expected M = {expected:,}, got {int(got):,}: at M = {int(got):,} "
+                f"Algorithm 1 moves exactly as many elements as standard attention "
+                f"({standard:,}), not fewer. The crossover is where it moves strictly fewer.")
         if got == expected - 1 or got == expected + 1:
             expect(False, f"{case}: expected M = {expected:,}, got {got:,}: off by one. At the "
                           f"crossover Algorithm 1 must move strictly fewer elements.")

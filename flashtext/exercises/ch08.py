@@ -60,23 +60,26 @@ def _autograd(q, k, v, do, causal: bool, sm_scale: float):
 
 
 def _step_cases(rng: np.random.Generator):
-    d = 8
-
-    def make(n_q, n_k, q_scale=1.0):
+    """(description, (q, k, v, do), causal, BLOCK_M, BLOCK_N, sm_scale)."""
+    def make(n_q, n_k, q_scale=1.0, d=8):
         return (q_scale * rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d)),
                 rng.standard_normal((n_k, 6)), rng.standard_normal((n_q, 6)))
 
+    tau = ref.default_scale(8)
     yield "not causal, Nq = Nk = 40, blocks 16 x 16 (40 is not a multiple of 16)", \
-        make(40, 40), False, 16, 16
+        make(40, 40), False, 16, 16, tau
     yield "not causal, Nq=30, Nk=50, BLOCK_M=8, BLOCK_N=16 (tiles are not square)", \
-        make(30, 50), False, 8, 16
+        make(30, 50), False, 8, 16, tau
     yield "not causal, scores in the thousands (q scaled by 400): exp(s) alone overflows", \
-        make(24, 24, 400.0), False, 8, 8
+        make(24, 24, 400.0), False, 8, 8, tau
+    yield "not causal, d=5, sm_scale=0.3 (not 1/sqrt(d)): use the sm_scale you are given", \
+        make(19, 21, d=5), False, 8, 8, 0.3
     yield "causal, Nq = Nk = 37, blocks 8 x 8 (diagonal tiles get a mask)", \
-        make(37, 37), True, 8, 8
-    yield "causal bottom-right, Nq=20 < Nk=45, BLOCK_M=16, BLOCK_N=8", make(20, 45), True, 16, 8
+        make(37, 37), True, 8, 8, tau
+    yield "causal bottom-right, Nq=20 < Nk=45, BLOCK_M=16, BLOCK_N=8", make(20, 45), True, 16, 8, \
+        tau
     yield ("causal bottom-right, Nq=45 > Nk=20: the first 25 queries see no key "
-           "(lse = -inf, zero gradients), blocks 8 x 8"), make(45, 20), True, 8, 8
+           "(lse = -inf, zero gradients), blocks 8 x 8"), make(45, 20), True, 8, 8, tau
 
 
 @exercise(
@@ -98,8 +101,7 @@ def _step_cases(rng: np.random.Generator):
 def check_bwd_block(fn) -> None:
     rng = np.random.default_rng(12)
 
-    for case, (q, k, v, do), causal, bm, bn in _step_cases(rng):
-        sm_scale = ref.default_scale(q.shape[1])
+    for case, (q, k, v, do), causal, bm, bn, sm_scale in _step_cases(rng):
 
         def step(q_blk, k_blk, v_blk, do_blk, lse_blk, delta_blk, mask, scale, case=case):
             out = fn(q_blk.copy(), k_blk.copy(), v_blk.copy(), do_blk.copy(), lse_blk.copy(),

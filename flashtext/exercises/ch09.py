@@ -4,120 +4,20 @@ and ragged shapes, with inputs of both signs, and shows yours vs expected.
 
 Each checker takes the ``@triton.jit`` function itself and launches it with the signature the
 stub documents. A stub whose body still says ``raise NotImplementedError`` counts as not
-attempted. Outputs live inside larger buffers filled with a sentinel, so a store past the end
-(a missing mask) is caught even where the interpreter would not complain.
+attempted. Inputs and outputs live in a :class:`~flashtext.exercises.kernel_checks.Sandbox`:
+views inside NaN-poisoned and canary-filled buffers, with strides that are not always the
+contiguous ones, and (under the interpreter) every load and store checked before it happens, so
+a missing mask is caught whether or not its lanes reach the output, and never crashes Python.
 """
 
 from __future__ import annotations
 
-import contextlib
-import inspect
-import os
-
 import numpy as np
 import torch
 
-import flashtext
 from flashtext import reference as ref
-from flashtext.exercises.core import ExerciseFailed, adversarial_rows, describe, exercise, expect
-
-SENTINEL = -12345.0
-
-
-def _device() -> str:
-    return flashtext.torch_device()
-
-
-def tf32_tolerance(cpu: float) -> float:
-    """A tolerance for checks of fp32 ``tl.dot``: on a GPU, Triton rounds fp32 dot inputs to
-    TF32 (10-bit mantissa) unless asked for "ieee", so a correct kernel is only ~1e-3 exact."""
-    return max(cpu, 5e-3) if flashtext.on_gpu() else cpu
-
-
-@contextlib.contextmanager
-def exact_fp32_dots(kernel):
-    """Compile ``kernel`` with exact fp32 ``tl.dot`` (``TRITON_F32_DEFAULT=ieee``) while checking.
-
-    On a GPU, Triton rounds fp32 dot inputs to TF32 by default: a score near 1000 then moves by
-    ~0.5, which no tolerance can tell from a wrong answer. The environment variable is part of
-    Triton's compilation cache key; the in-memory cache of this one kernel is cleared so that it
-    is compiled again, under the variable and after it. The interpreter ignores it (NumPy fp32).
-    """
-    old = os.environ.get("TRITON_F32_DEFAULT")
-    os.environ["TRITON_F32_DEFAULT"] = "ieee"
-    caches = getattr(kernel, "device_caches", None)
-    if caches is not None:
-        caches.clear()
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("TRITON_F32_DEFAULT", None)
-        else:
-            os.environ["TRITON_F32_DEFAULT"] = old
-        if caches is not None:
-            caches.clear()
-
-
-def _require_kernel(kernel) -> None:
-    """Report an untouched stub as not attempted, and refuse what is not a Triton kernel."""
-    fn = getattr(kernel, "fn", kernel)
-    try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):
-        source = ""
-    if "raise NotImplementedError" in source:
-        raise NotImplementedError
-    if not (hasattr(kernel, "fn") and hasattr(kernel, "__getitem__")):
-        raise ExerciseFailed(f"expected a @triton.jit function, got {describe(kernel)}; "
-                             "put @triton.jit on the line above `def`.")
-
-
-def _launch(kernel, grid, *args, **kwargs) -> None:
-    # under the interpreter a kernel's -inf and log(0) are NumPy operations: keep their
-    # RuntimeWarnings out of the reader's notebook (the results are checked, not the warnings)
-    with np.errstate(all="ignore"):
-        kernel[grid](*args, **kwargs)
-
-
-def _buffer(n: int, extra: int, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    """A view of n elements at the start of a sentinel-filled buffer of n + extra."""
-    buf = torch.full((n + extra,), SENTINEL, dtype=dtype, device=_device())
-    return buf[:n], buf
-
-
-def _yours_vs_expected(got: np.ndarray, want: np.ndarray, case: str, what: str,
-                       rtol: float, atol: float) -> None:
-    if got.shape != want.shape:
-        raise ExerciseFailed(f"{case}: {what} has shape {got.shape}, expected {want.shape}.")
-    both_inf = np.isinf(want) & (got == want)
-    ok = both_inf | np.isclose(got, want, rtol=rtol, atol=atol)
-    if ok.all():
-        return
-    bad = np.argwhere(~ok)
-    first = tuple(int(i) for i in bad[0])
-    g, w = float(got[first]), float(want[first])
-    hint = ""
-    if np.isnan(g):
-        hint = " (NaN: inf - inf, an overflow, or a load past the end without a mask?)"
-    elif g == SENTINEL:
-        hint = " (never written: is the grid covered, and is your program_id used?)"
-    flat = int(np.ravel_multi_index(first, want.shape))
-    lo = max(0, flat - 3)
-    window = slice(lo, lo + 8)
-    raise ExerciseFailed(
-        f"{case}: {what} is wrong at index {first}: expected {w:.6g}, got {g:.6g}{hint}; "
-        f"{len(bad)} of {want.size} entries differ.\n"
-        f"  yours    [{lo}:]: {np.array2string(got.ravel()[window], precision=4)}\n"
-        f"  expected [{lo}:]: {np.array2string(want.ravel()[window], precision=4)}")
-
-
-def _untouched(buf: torch.Tensor, n: int, case: str) -> None:
-    tail = buf[n:].cpu()
-    written = int((tail != SENTINEL).sum())
-    expect(written == 0, f"{case}: your kernel wrote {written} value(s) past the end of the "
-                         "output. Masked lanes must not store: tl.store(..., mask=offs < n).")
-
+from flashtext.exercises.core import adversarial_rows, exercise
+from flashtext.exercises.kernel_checks import Sandbox, compare, require_kernel
 
 # ---------------------------------------------------------------------------------- 9.1 axpy
 
@@ -128,6 +28,7 @@ def axpy_spec(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
 @exercise(
     "ch09.axpy",
     "axpy: out = alpha * x + y, one block of BLOCK elements per program",
+    kernel=True,
     hints=(
         "pid = tl.program_id(0); offs = pid * BLOCK + tl.arange(0, BLOCK).",
         "The last program's block sticks out past n: mask = offs < n, and pass mask= to both "
@@ -136,20 +37,21 @@ def axpy_spec(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
     ),
 )
 def check_axpy(kernel) -> None:
-    _require_kernel(kernel)
+    require_kernel(kernel)
     import triton
 
     g = torch.Generator().manual_seed(9)
     for n, block, alpha in ((1, 64, 2.0), (100, 64, -1.5), (128, 128, 0.5), (1000, 256, -3.0),
                             (1537, 128, 1.0)):
         case = f"n={n}, BLOCK={block}, alpha={alpha}"
-        x = torch.randn(n, generator=g).to(_device())  # both signs: no [0, 1) inputs
-        y = torch.randn(n, generator=g).to(_device())
-        out, buf = _buffer(n, 300)
-        _launch(kernel, (triton.cdiv(n, block),), x, y, out, n, alpha, BLOCK=block)
-        _yours_vs_expected(out.cpu().numpy(), axpy_spec(x, y, alpha).cpu().numpy(), case,
-                           "out", rtol=1e-6, atol=1e-6)
-        _untouched(buf, n, case)
+        x_vals = torch.randn(n, generator=g)  # both signs: no [0, 1) inputs
+        y_vals = torch.randn(n, generator=g)
+        want = axpy_spec(x_vals, y_vals, alpha).numpy()
+        box = Sandbox(case)
+        x, y = box.input("X", x_vals), box.input("Y", y_vals)
+        out = box.output("OUT", (n,))
+        box.launch(kernel, (triton.cdiv(n, block),), x, y, out, n, alpha, BLOCK=block)
+        compare(out, want, case, "out", rtol=1e-6, atol=1e-6)
 
 
 # ------------------------------------------------------------------------ 9.2 row logsumexp
@@ -161,6 +63,7 @@ def row_logsumexp_spec(x: torch.Tensor) -> torch.Tensor:
 @exercise(
     "ch09.row_logsumexp",
     "Row log-sum-exp: one program per row, safe against overflow and -inf",
+    kernel=True,
     hints=(
         "row = tl.program_id(0); cols = tl.arange(0, BLOCK); load X + row * stride_row + cols "
         "with mask = cols < n_cols.",
@@ -171,7 +74,7 @@ def row_logsumexp_spec(x: torch.Tensor) -> torch.Tensor:
     ),
 )
 def check_row_logsumexp(kernel) -> None:
-    _require_kernel(kernel)
+    require_kernel(kernel)
     import triton
 
     rng = np.random.default_rng(9)
@@ -180,21 +83,20 @@ def check_row_logsumexp(kernel) -> None:
         names = list(rows)
         data = np.stack([rows[k] for k in names] + [np.full(n_cols, -np.inf)])
         names.append("a row of only -inf (no key visible)")
+        want = ref.logsumexp(data)
+        # rows of n_cols stored contiguously, and with 7 poisoned (NaN) entries between rows
         for block, stride_extra in ((triton.next_power_of_2(n_cols), 0),
                                     (2 * triton.next_power_of_2(n_cols), 7)):
-            # rows of length n_cols, stored with a row stride n_cols + stride_extra
-            padded = np.full((len(data), n_cols + stride_extra), 3.0e4)  # junk between rows
-            padded[:, :n_cols] = data
-            x = torch.tensor(padded, dtype=torch.float32, device=_device())
-            out, buf = _buffer(len(data), 8)
-            _launch(kernel, (len(data),), x, out, x.stride(0), n_cols, BLOCK=block)
-            got, want = out.cpu().numpy().astype(np.float64), ref.logsumexp(data)
+            shape = f"n_cols={n_cols}, BLOCK={block}, row stride {n_cols + stride_extra}"
+            box = Sandbox(f"{shape}, {len(data)} rows")
+            x = box.input("X", torch.tensor(data, dtype=torch.float32), pad=(0, stride_extra),
+                          dims=("row", "column"))
+            out = box.output("OUT", (len(data),), dims=("row",))
+            box.launch(kernel, (len(data),), x, out, x.stride(0), n_cols, BLOCK=block)
+            got = out.cpu().numpy().astype(np.float64)
             for i, name in enumerate(names):
-                _yours_vs_expected(got[i:i + 1], want[i:i + 1],
-                                   f"n_cols={n_cols}, BLOCK={block}, row stride "
-                                   f"{n_cols + stride_extra}: {name}", "the log-sum-exp",
-                                   rtol=1e-5, atol=1e-5)
-            _untouched(buf, len(data), f"n_cols={n_cols}, BLOCK={block}")
+                compare(got[i:i + 1], want[i:i + 1], f"{shape}: row {i}, {name}",
+                        "the log-sum-exp", rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------ 9.3 matmul
@@ -203,9 +105,32 @@ def matmul_spec(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a.float() @ b.float()
 
 
+# (M, K, N, (BLOCK_M, BLOCK_N, BLOCK_K), layouts of A, B and C): "T" stored transposed
+# (column-major), "P" rows padded with poison (a row stride longer than the row), "" plain
+MATMUL_CASES = [(16, 16, 16, (16, 16, 16), ("", "", "")),
+                (37, 50, 20, (16, 16, 16), ("", "", "")),
+                (64, 40, 48, (32, 16, 32), ("", "", "")),
+                (33, 70, 45, (16, 32, 16), ("", "T", "")),
+                (1, 100, 17, (16, 16, 32), ("", "T", "")),
+                (40, 24, 30, (16, 16, 16), ("T", "", "")),
+                (29, 33, 18, (16, 16, 16), ("P", "P", "P")),
+                (35, 20, 26, (16, 16, 16), ("", "", "T"))]
+
+_LAYOUT_WORDS = {"T": "stored transposed", "P": "rows padded (row stride > row length)"}
+
+
+def _placed(box: Sandbox, name: str, values: torch.Tensor | None, shape, layout: str,
+            dims=("row", "column")) -> torch.Tensor:
+    kwargs = {"order": (1, 0)} if layout == "T" else {"pad": (0, 5)} if layout == "P" else {}
+    if values is None:
+        return box.output(name, shape, dims=dims, **kwargs)
+    return box.input(name, values, dims=dims, **kwargs)
+
+
 @exercise(
     "ch09.matmul",
     "Tiled matmul: C = A @ B, one (BLOCK_M x BLOCK_N) tile of C per program",
+    kernel=True,
     hints=(
         "offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M); the same for n with "
         "program_id(1); acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32).",
@@ -214,34 +139,32 @@ def matmul_spec(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         "stride_bn, with k = start_k + tl.arange(0, BLOCK_K).",
         "Mask both loads on every index that can run past the edge (rows, columns AND k) with "
         "other=0.0: zeros add nothing to a dot product. acc = tl.dot(a, b, acc).",
-        "Use the strides you are given, not K or N: the checker passes a transposed B.",
+        "Use the strides you are given, not K or N: the checker passes A, B and C "
+        "transposed, and with padded rows.",
         "Store acc with mask (offs_m[:, None] < M) & (offs_n[None, :] < N).",
     ),
 )
 def check_matmul(kernel) -> None:
-    _require_kernel(kernel)
+    require_kernel(kernel)
     import triton
 
     g = torch.Generator().manual_seed(9)
-    dev = _device()
-    for m, k, n, blocks, transposed in ((16, 16, 16, (16, 16, 16), False),
-                                        (37, 50, 20, (16, 16, 16), False),
-                                        (64, 40, 48, (32, 16, 32), False),
-                                        (33, 70, 45, (16, 32, 16), True),
-                                        (1, 100, 17, (16, 16, 32), True)):
-        bm, bn, bk = blocks
-        case = (f"M={m}, K={k}, N={n}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}"
-                + (", B transposed (strides (1, K))" if transposed else ""))
-        a = torch.randn(m, k, generator=g).to(dev, torch.float16)
-        b = (torch.randn(n, k, generator=g).T if transposed
-             else torch.randn(k, n, generator=g)).to(dev, torch.float16)
-        c_buf = torch.full((m + 3, n), SENTINEL, dtype=torch.float32, device=dev)
-        c = c_buf[:m]
-        _launch(kernel, (triton.cdiv(m, bm), triton.cdiv(n, bn)), a, b, c, m, n, k,
-                *a.stride(), *b.stride(), *c.stride(), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+    for m, k, n, (bm, bn, bk), layouts in MATMUL_CASES:
+        described = [f"{name} {_LAYOUT_WORDS[lay]}" for name, lay in zip("ABC", layouts,
+                                                                         strict=True) if lay]
+        a_vals = torch.randn(m, k, generator=g).to(torch.float16)
+        b_vals = torch.randn(k, n, generator=g).to(torch.float16)
         # products of fp16 numbers are exact in fp32: only the fp32 sum rounds
-        _yours_vs_expected(c.cpu().numpy().astype(np.float64),
-                           a.double().cpu().numpy() @ b.double().cpu().numpy(), case, "C",
-                           rtol=1e-4, atol=1e-4)
-        expect(bool((c_buf[m:] == SENTINEL).all()),
-               f"{case}: your kernel wrote past the last row of C: mask the store.")
+        want = a_vals.double().numpy() @ b_vals.double().numpy()
+        box = Sandbox("")
+        a = _placed(box, "A", a_vals, (m, k), layouts[0])
+        b = _placed(box, "B", b_vals, (k, n), layouts[1])
+        c = _placed(box, "C", None, (m, n), layouts[2])
+        case = (f"M={m}, K={k}, N={n}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}"
+                + "".join(f", {d}" for d in described)
+                + f" (strides A {tuple(a.stride())}, B {tuple(b.stride())}, "
+                  f"C {tuple(c.stride())})")
+        box.case = case
+        box.launch(kernel, (triton.cdiv(m, bm), triton.cdiv(n, bn)), a, b, c, m, n, k,
+                   *a.stride(), *b.stride(), *c.stride(), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+        compare(c, want, case, "C", rtol=1e-4, atol=1e-4)

@@ -9,16 +9,14 @@ import numpy as np
 import torch
 
 from flashtext import reference as ref
-from flashtext.exercises.ch09 import (
-    SENTINEL,
-    _device,
-    _launch,
-    _require_kernel,
-    _yours_vs_expected,
+from flashtext.exercises.core import ExerciseFailed, describe, exercise, expect
+from flashtext.exercises.kernel_checks import (
+    Sandbox,
+    compare,
     exact_fp32_dots,
+    require_kernel,
     tf32_tolerance,
 )
-from flashtext.exercises.core import ExerciseFailed, describe, exercise, expect
 from flashtext.kernels.plan import forward_program
 from flashtext.reference import causal_mask
 
@@ -29,6 +27,16 @@ def _visible(start_m: int, n_q: int, n_k: int, block_m: int) -> np.ndarray:
     """(rows of the block, n_k) visibility of the real rows of one query block (causal)."""
     rows = slice(start_m, min(start_m + block_m, n_q))
     return causal_mask(n_q, n_k)[rows]
+
+
+# (n_q, n_k, BLOCK_M, BLOCK_N). The last five put the block boundaries on the diagonal's edges:
+# the first row of a block sees exactly a multiple of BLOCK_N keys ((64, 79), (48, 95)), and a
+# block's first row sees all n_k keys with n_k a multiple of BLOCK_N ((17, 64), (33, 96)), so
+# an off-by-one in "keys the first row sees" (i + offset, not i + offset + 1) shows.
+KEY_RANGE_CASES = [(256, 256, 64, 64), (256, 256, 64, 32), (256, 256, 32, 64), (100, 300, 32, 32),
+                   (300, 100, 32, 16), (1, 1000, 64, 64), (1000, 1, 16, 16), (17, 17, 16, 16),
+                   (129, 129, 64, 32), (40, 9, 16, 16), (64, 79, 16, 16), (48, 95, 16, 16),
+                   (17, 64, 16, 16), (33, 96, 32, 32), (40, 72, 8, 8)]
 
 
 @exercise(
@@ -45,10 +53,7 @@ def _visible(start_m: int, n_q: int, n_k: int, block_m: int) -> np.ndarray:
     ),
 )
 def check_key_range(fn) -> None:
-    cases = [(256, 256, 64, 64), (256, 256, 64, 32), (256, 256, 32, 64), (100, 300, 32, 32),
-             (300, 100, 32, 16), (1, 1000, 64, 64), (1000, 1, 16, 16), (17, 17, 16, 16),
-             (129, 129, 64, 32), (40, 9, 16, 16)]
-    for n_q, n_k, bm, bn in cases:
+    for n_q, n_k, bm, bn in KEY_RANGE_CASES:
         for start_m in range(0, n_q, bm):
             case = (f"start_m={start_m}, n_q={n_q}, n_k={n_k}, BLOCK_M={bm}, BLOCK_N={bn}, "
                     "causal")
@@ -88,30 +93,51 @@ def attention_spec(q, k, v, causal: bool, sm_scale: float):
 
 
 def _fwd_cases(g: torch.Generator):
-    """(description, q, k, v, causal, BLOCK_M, BLOCK_N); tensors (heads, N, d) fp32."""
+    """(description, q, k, v, causal, BLOCK_M, BLOCK_N, sm_scale); tensors (heads, N, d) fp32.
+    The tests of the checker assert that every case has the property its description names."""
     def r(*shape, scale=1.0):
         return torch.randn(*shape, generator=g) * scale
 
+    def tau(d):
+        return 1.0 / math.sqrt(d)
+
     yield "N_q = N_k = 64, d=16, BLOCK 16 x 16", r(2, 64, 16), r(2, 64, 16), r(2, 64, 16), \
-        False, 16, 16
+        False, 16, 16, tau(16)
     yield "ragged: N_q=17, N_k=100, d=32, BLOCK 16 x 32", r(2, 17, 32), r(2, 100, 32), \
-        r(2, 100, 32), False, 16, 32
+        r(2, 100, 32), False, 16, 32, tau(32)
     yield "ragged: N_q=100, N_k=17, d=16, BLOCK 32 x 16", r(2, 100, 16), r(2, 17, 16), \
-        r(2, 17, 16), False, 32, 16
-    yield "N=1 (one query, one key)", r(1, 1, 16), r(1, 1, 16), r(1, 1, 16), False, 16, 16
-    yield "scores near +-1000 (q scaled by 60), N=50", r(2, 50, 16, scale=60.0), \
-        r(2, 50, 16, scale=3.0), r(2, 50, 16), False, 16, 16
+        r(2, 17, 16), False, 32, 16, tau(16)
+    yield "N=1 (one query, one key)", r(1, 1, 16), r(1, 1, 16), r(1, 1, 16), False, 16, 16, \
+        tau(16)
+    yield ("scores in the hundreds (q scaled by 60, k by 3; exp(s) overflows fp32), N=50",
+           r(2, 50, 16, scale=60.0), r(2, 50, 16, scale=3.0), r(2, 50, 16), False, 16, 16,
+           tau(16))
+    yield ("every score below -150 (q near +7, k near -7): exp(s) is 0 in fp32 for every key, "
+           "so the running max must start at -inf, not 0; N=40, BLOCK 16 x 16",
+           7 + r(2, 40, 16, scale=0.2), -7 + r(2, 40, 16, scale=0.2), r(2, 40, 16), False, 16,
+           16, tau(16))
+    levels = torch.tensor([40.0, -40.0, 0.0, 25.0, -30.0]).repeat(8)[:, None]
+    yield ("rows hundreds apart in one query block (scores near +160 and -160): each row needs "
+           "its own running max, not one per tile; N_q=40, N_k=24, BLOCK 16 x 8",
+           (levels + r(40, 16, scale=0.2)).expand(2, 40, 16).contiguous(),
+           1 + r(2, 24, 16, scale=0.2), r(2, 24, 16), False, 16, 8, tau(16))
+    yield ("sm_scale=0.3 (not 1/sqrt(HEAD_DIM)): use the sm_scale you are given; N=33",
+           r(2, 33, 16), r(2, 33, 16), r(2, 33, 16), False, 16, 16, 0.3)
     yield "causal, N_q = N_k = 70, BLOCK 32 x 16", r(2, 70, 16), r(2, 70, 16), r(2, 70, 16), \
-        True, 32, 16
+        True, 32, 16, tau(16)
     yield "causal, N_q=20 < N_k=90 (bottom-right: the last query sees every key)", \
-        r(2, 20, 16), r(2, 90, 16), r(2, 90, 16), True, 16, 32
+        r(2, 20, 16), r(2, 90, 16), r(2, 90, 16), True, 16, 32, tau(16)
+    yield "causal, N_q=40 < N_k=96 (N_k a multiple of BLOCK_N=32), BLOCK 16 x 32", \
+        r(2, 40, 16), r(2, 96, 16), r(2, 96, 16), True, 16, 32, tau(16)
     yield ("causal, N_q=45 > N_k=12 (the first 33 queries see no key: O = 0, lse = -inf)",
-           r(2, 45, 16), r(2, 12, 16), r(2, 12, 16), True, 16, 16)
+           r(2, 45, 16), r(2, 12, 16), r(2, 12, 16), True, 16, 16, tau(16))
 
 
 @exercise(
     "ch10.attention_kernel",
     "A FlashAttention forward kernel: O and lse, ragged, causal bottom-right",
+    kernel=True,
+    time_limit=180.0,
     hints=(
         "start_m = tl.program_id(0) * BLOCK_M; head = tl.program_id(1); move every pointer by "
         "head * stride_h. Load the Q tile once (mask rows >= N_Q, other=0).",
@@ -130,7 +156,7 @@ def _fwd_cases(g: torch.Generator):
     ),
 )
 def check_attention_kernel(kernel) -> None:
-    _require_kernel(kernel)
+    require_kernel(kernel)
     with exact_fp32_dots(kernel):
         _check_attention_kernel(kernel)
 
@@ -139,28 +165,30 @@ def _check_attention_kernel(kernel) -> None:
     import triton
 
     g = torch.Generator().manual_seed(10)
-    dev = _device()
-    for case, q, k, v, causal, bm, bn in _fwd_cases(g):
+    heads = ("head", "row", "feature")
+    for case, q, k, v, causal, bm, bn, sm_scale in _fwd_cases(g):
         h, n_q, d = q.shape
         n_k = k.shape[1]
-        sm_scale = 1.0 / math.sqrt(d)
-        q, k, v = (t.to(dev) for t in (q, k, v))
-        o_buf = torch.full((h, n_q + 5, d), SENTINEL, device=dev)
-        o = o_buf[:, :n_q]
-        lse = torch.full((h, n_q), SENTINEL, device=dev)
-        _launch(kernel, (triton.cdiv(n_q, bm), h), q, k, v, o, lse, sm_scale,
-                q.stride(0), k.stride(0), o.stride(0), lse.stride(0), n_q, n_k,
-                HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal)
         want_o, want_lse = attention_spec(q, k, v, causal, sm_scale)
-        got_o = o.cpu().numpy().astype(np.float64)
-        got_lse = lse.cpu().numpy().astype(np.float64)
         # fp32 rounds a score s to within ~u|s|, so P (and O) carry a relative error of a few
         # u * max|s|: 2e-4 at scores of 1000, 1e-6 at scores of 10
         s_max = float(np.abs(ref.scores(q, k, scale=sm_scale)).max())
-        _yours_vs_expected(got_o, want_o, case, "O", rtol=tf32_tolerance(1e-4),
-                           atol=tf32_tolerance(1e-5 + 2e-7 * s_max))
-        _yours_vs_expected(got_lse, want_lse, case, "lse (natural log)",
-                           rtol=tf32_tolerance(1e-5), atol=tf32_tolerance(1e-5))
-        if not bool((o_buf[:, n_q:] == SENTINEL).all()):
-            raise ExerciseFailed(f"{case}: your kernel wrote O rows past N_Q={n_q}: mask the "
-                                 "store with offs_m < N_Q.")
+        # every tensor's head stride is longer than its rows (a block of poison between heads),
+        # and each one's differs: a kernel that uses N * HEAD_DIM, or another tensor's stride,
+        # reads poison or writes out of bounds
+        box = Sandbox(case)
+        q_in = box.input("Q", q, pad=(0, bm, 0), dims=heads)
+        k_in = box.input("K", k, pad=(0, bn + 2, 0), dims=heads)
+        v_in = box.input("V", v, pad=(0, bn + 2, 0), dims=heads)  # V shares K's stride
+        o = box.output("O", (h, n_q, d), pad=(0, bm + 3, 0), dims=heads)
+        lse = box.output("LSE", (h, n_q), pad=(0, bm + 5), dims=("head", "row"))
+        case = (f"{case} (head strides Q {q_in.stride(0)}, K and V {k_in.stride(0)}, O "
+                f"{o.stride(0)}, LSE {lse.stride(0)})")
+        box.case = case
+        box.launch(kernel, (triton.cdiv(n_q, bm), h), q_in, k_in, v_in, o, lse, sm_scale,
+                   q_in.stride(0), k_in.stride(0), o.stride(0), lse.stride(0), n_q, n_k,
+                   HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal)
+        compare(o, want_o, case, "O", rtol=tf32_tolerance(1e-4),
+                atol=tf32_tolerance(1e-5 + 2e-7 * s_max))
+        compare(lse, want_lse, case, "lse (natural log)", rtol=tf32_tolerance(1e-5),
+                atol=tf32_tolerance(1e-5))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flashtext.cost import attention_flops, compulsory_hbm_elements
-from flashtext.exercises.core import exercise, expect, expect_close
+from flashtext.exercises.core import describe, exercise, expect, expect_close
 from flashtext.hardware import GPUS
 
 
@@ -32,7 +32,7 @@ def check_tflops(fn) -> None:
         expect_close(got, tflops_reference(batch, heads, n, d, causal, mode, ms),
                      what="TFLOP/s", rtol=1e-9, atol=0,
                      case=f"batch={batch}, heads={heads}, N={n}, d={d}, causal={causal}, "
-                          f"mode={mode!r}, {ms} ms")
+                          f"mode='{mode}', {ms} ms")
 
 
 def bound_reference(batch: int, heads: int, n_q: int, n_k: int, d: int, bytes_per_element: int,
@@ -51,6 +51,26 @@ BOUND_CASES = [(4, 16, 4096, 4096, 128, 2), (1, 32, 1, 65536, 128, 2), (64, 16, 
                (4, 16, 256, 256, 128, 2), (1, 8, 4096, 256, 128, 2)]
 
 
+# An imaginary GPU whose ridge is exactly 256 FLOP/B (256 TFLOP/s over 1 TB/s), and cases whose
+# intensity is exactly 256 (N_q = N_k = 512 in fp16; 2 N_q N_k / ((N_q + N_k) bytes)) or just
+# off it. Every number involved is an integer times a power of two, so the tie is exact in
+# floating point whatever the order of the operations: "at or above the ridge" is compute.
+TIE_GPU = ("an imaginary GPU with a ridge of exactly 256 FLOP/B (256 TFLOP/s, 1 TB/s)",
+           256e12, 1e12)
+TIE_CASES = [(1, 1, 512, 512, 64, 2), (4, 8, 512, 512, 128, 2), (1, 1, 256, 256, 64, 1),
+             (1, 1, 510, 512, 64, 2)]
+
+
+def _bound_cases():
+    """(description, case, peak, bandwidth, must be away from the ridge)."""
+    for key, gpu in GPUS.items():
+        for case in BOUND_CASES:
+            yield key, case, gpu.matmul_flops, gpu.hbm_bandwidth, True
+    name, peak, bandwidth = TIE_GPU
+    for case in TIE_CASES:
+        yield name, case, peak, bandwidth, False
+
+
 @exercise(
     "ch12.predict_bound",
     "Compute- or memory-bound? The roofline's verdict for one attention call",
@@ -64,20 +84,20 @@ BOUND_CASES = [(4, 16, 4096, 4096, 128, 2), (1, 32, 1, 65536, 128, 2), (64, 16, 
 )
 def check_predict_bound(fn) -> None:
     seen = set()
-    for key, gpu in GPUS.items():
-        ridge = gpu.matmul_flops / gpu.hbm_bandwidth
-        for batch, heads, n_q, n_k, d, size in BOUND_CASES:
-            flops = attention_flops(batch, heads, n_q, d, n_k=n_k)
-            moved = batch * heads * compulsory_hbm_elements(n_q, d, n_k) * size
-            assert abs(flops / moved / ridge - 1) > 0.1, "a case too close to the ridge"
-            expected = bound_reference(batch, heads, n_q, n_k, d, size, gpu.matmul_flops,
-                                       gpu.hbm_bandwidth)
-            seen.add(expected)
-            got = fn(batch, heads, n_q, n_k, d, size, gpu.matmul_flops, gpu.hbm_bandwidth)
-            expect(got in ("compute", "memory"),
-                   f"the answer must be 'compute' or 'memory', got {got!r}")
-            expect(got == expected,
-                   f"{key} (ridge {ridge:.0f} FLOP/B), batch={batch}, heads={heads}, "
-                   f"N_q={n_q}, N_k={n_k}, d={d}, {size} bytes per element: intensity "
-                   f"{flops / moved:.4g} FLOP/B, so {expected!r}-bound; you said {got!r}.")
+    for key, (batch, heads, n_q, n_k, d, size), peak, bandwidth, away in _bound_cases():
+        ridge = peak / bandwidth
+        flops = attention_flops(batch, heads, n_q, d, n_k=n_k)
+        moved = batch * heads * compulsory_hbm_elements(n_q, d, n_k) * size
+        assert not away or abs(flops / moved / ridge - 1) > 0.1, "a case too close to the ridge"
+        expected = bound_reference(batch, heads, n_q, n_k, d, size, peak, bandwidth)
+        seen.add(expected)
+        got = fn(batch, heads, n_q, n_k, d, size, peak, bandwidth)
+        expect(got in ("compute", "memory"),
+               f"the answer must be 'compute' or 'memory', got {describe(got)}")
+        at = " (exactly at the ridge: at or above it is compute-bound)" \
+            if flops / moved == ridge else ""
+        expect(got == expected,
+               f"{key} (ridge {ridge:.0f} FLOP/B), batch={batch}, heads={heads}, "
+               f"N_q={n_q}, N_k={n_k}, d={d}, {size} bytes per element: intensity "
+               f"{flops / moved:.6g} FLOP/B{at}, so '{expected}'-bound; you said '{got}'.")
     assert seen == {"compute", "memory"}

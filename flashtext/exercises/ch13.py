@@ -7,6 +7,7 @@ import numpy as np
 
 from flashtext import fp8
 from flashtext.exercises.core import exercise, expect, expect_close
+from flashtext.exercises.rules import peak_allocation
 
 
 @exercise(
@@ -38,6 +39,9 @@ def _inputs(rng: np.random.Generator):
     yield "2 x 5 x 32 (leading batch axes)", rng.standard_normal((2, 5, 32))
 
 
+RULE_N = 2048  # the length on which "no n x n matrix" is checked
+
+
 @exercise(
     "ch13.fwht",
     "The fast Walsh-Hadamard transform",
@@ -57,6 +61,17 @@ def check_fwht(fn) -> None:
         expect(got is not None, f"{case}: your function returned None. Did you forget `return`?")
         expect_close(got, fp8.fwht(x), what="the transform of x", case=case, rtol=1e-9,
                      atol=1e-9)
+    # the stated rule: O(n log n) butterflies, no n x n matrix (dense, it would be 32 MB here)
+    n = RULE_N
+    x = rng.standard_normal(n)
+    got, peak = peak_allocation(fn, x.copy())
+    expect(peak < n * n * 8 // 32,
+           f"a vector of length {n}: your function allocated {peak / 1e6:.1f} MB at its peak, "
+           f"on the scale of the {n} x {n} Hadamard matrix ({n * n * 8 / 1e6:.1f} MB in "
+           "float64). The fast transform needs no matrix: only log2(n) rounds of butterflies "
+           "on the vector itself, O(n log n) work.")
+    expect_close(got, fp8.fwht(x), what="the transform of x", case=f"a vector of length {n}",
+                 rtol=1e-9, atol=1e-9)
     # the point of the exercise: with the same random signs on Q and K, Q K^T is unchanged
     q, k = rng.standard_normal((6, 64)), rng.standard_normal((9, 64))
     signs = fp8.random_signs(64, rng)

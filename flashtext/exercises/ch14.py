@@ -11,22 +11,32 @@ from flashtext.splitkv import split_attention
 
 
 def _combine_cases(rng: np.random.Generator):
+    """(description, outputs (S, rows, d), lses (S, rows)). The tests of the checker assert that
+    every case has the property its description names."""
+    def partials(q, k, v, splits, causal=False):
+        _, _, o, lse = split_attention(q, k, v, splits, causal=causal, return_lse=True,
+                                       return_partials=True)
+        return o, lse
+
     q, k, v = rng.standard_normal((4, 8)), rng.standard_normal((37, 8)), \
         rng.standard_normal((37, 8))
     for splits in (1, 2, 5):
-        _, _, o, lse = split_attention(q, k, v, splits, return_lse=True,
-                                         return_partials=True)
-        yield f"{splits} splits of 37 keys, 4 query rows", o, lse
-    _, _, o, lse = split_attention(q * 300.0, k, v, 3, return_lse=True, return_partials=True)
-    yield "huge scores (q x 300): lses in the hundreds, exp(lse) overflows", o, lse
-    _, _, o, lse = split_attention(q * 300.0, -k, v, 3, return_lse=True,
-                                     return_partials=True)
-    yield "hugely negative scores: exp(lse) underflows to 0", o, lse
-    _, _, o, lse = split_attention(q, k[:3], v[:3], 6, return_lse=True, return_partials=True)
-    yield "6 splits of 3 keys: three splits are empty (lse = -inf, output 0)", o, lse
-    _, _, o, lse = split_attention(rng.standard_normal((7, 8)), k[:4], v[:4], 2, causal=True,
-                                     return_lse=True, return_partials=True)
-    yield "causal, 7 queries over 4 keys: the first 3 rows see no key in any split", o, lse
+        yield (f"{splits} split{'s' if splits > 1 else ''} of 37 keys, 4 query rows",
+               *partials(q, k, v, splits))
+    yield ("huge scores (q x 300): lses in the hundreds, exp(lse) overflows",
+           *partials(q * 300.0, k, v, 3))
+    yield ("every score below -2000 (q near +30, k near -30): exp(lse) underflows to 0",
+           *partials(30 + 0.5 * rng.standard_normal((4, 8)),
+                     -30 + 0.5 * rng.standard_normal((37, 8)), v, 3))
+    levels = np.array([300.0, -300.0, 0.0, 150.0, -200.0])[:, None]
+    yield ("rows hundreds apart (lses from about -850 to +850): each row needs its own max "
+           "over the splits, not one for all rows",
+           *partials(levels + 0.3 * rng.standard_normal((5, 8)),
+                     1 + 0.3 * rng.standard_normal((37, 8)), v, 4))
+    yield ("6 splits of 3 keys: three splits are empty (lse = -inf, output 0)",
+           *partials(q, k[:3], v[:3], 6))
+    yield ("causal, 7 queries over 4 keys: the first 3 rows see no key in any split",
+           *partials(rng.standard_normal((7, 8)), k[:4], v[:4], 2, causal=True))
 
 
 @exercise(
@@ -45,6 +55,7 @@ def check_combine(fn) -> None:
     rng = np.random.default_rng(14)
     for case, outputs, lses in _combine_cases(rng):
         exp_out, exp_lse = combine_partials(outputs, lses)
+        case = f"{case}; outputs {outputs.shape}, lses {lses.shape}"
         got = fn(outputs.copy(), lses.copy())
         expect(isinstance(got, tuple) and len(got) == 2,
                f"{case}: return a tuple (output, lse), got {type(got).__name__}")
@@ -53,10 +64,13 @@ def check_combine(fn) -> None:
         expect_close(got[1], exp_lse, what="the combined lse", case=case, rtol=1e-9,
                      atol=1e-12)
     # and it is attention: the combine of the partials is the reference output
-    q, k, v = (rng.standard_normal((3, n, 16)) for n in (5, 64, 64))
+    q, k, v = (rng.standard_normal((n, 16)) for n in (15, 64, 64))
     _, _, o, lse = split_attention(q, k, v, 4, return_lse=True, return_partials=True)
-    expect_close(fn(o, lse)[0], reference.attention(q, k, v), what="the attention output",
-                 case="4 splits of 64 keys, 3 heads, 5 queries (vs float64 attention)",
+    case = "4 splits of 64 keys, 15 query rows, d=16 (vs float64 attention)"
+    got = fn(o, lse)
+    expect(isinstance(got, tuple) and len(got) == 2,
+           f"{case}: return a tuple (output, lse), got {type(got).__name__}")
+    expect_close(got[0], reference.attention(q, k, v), what="the attention output", case=case,
                  rtol=1e-9, atol=1e-12)
 
 

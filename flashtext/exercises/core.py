@@ -5,19 +5,23 @@ reference solution kept outside the reader's path (``solutions/`` at the top of 
 
 In a notebook the reader calls ``check("ch02.online_update", my_function)``:
 
-* the stub still raises ``NotImplementedError`` -> prints "not attempted yet" and returns, so
-  Run All and ``make test`` stay green;
-* a wrong answer -> raises :class:`ExerciseFailed` whose message names the input, what was expected,
-  what came back and where they differ; the cell fails, and so does ``make test``;
+* the stub still raises ``NotImplementedError`` on its first call -> prints "not attempted yet"
+  and returns, so Run All and ``make test`` stay green;
+* a wrong answer -> raises :class:`ExerciseFailed` whose message names the input, what was
+  expected, what came back and where they differ; the cell fails, and so does ``make test``;
 * a right answer -> prints that it passed.
 
 Each call is recorded for ``make progress``. Checkers are plain functions that call the reader's
-code and raise :class:`ExerciseFailed` (use :func:`expect_close` / :func:`expect`).
+code and raise :class:`ExerciseFailed` (use :func:`expect_close` / :func:`expect`). They are
+handed an :class:`~flashtext.exercises.answer.Answer` around the reader's function (copies of
+the inputs, a record of the calls, a time limit); kernel checkers get the ``@triton.jit``
+function itself.
 """
 
 from __future__ import annotations
 
 import importlib
+import linecache
 import pkgutil
 import traceback
 from collections.abc import Callable
@@ -26,23 +30,54 @@ from typing import Any, Literal
 
 import numpy as np
 
+from flashtext.exercises.answer import (
+    DEFAULT_TIME_LIMIT,
+    Answer,
+    AnswerRaised,
+    CheckTimedOut,
+    time_limit_from_env,
+    within_time_limit,
+)
+from flashtext.exercises.feedback import (  # noqa: F401  (the checkers' vocabulary)
+    ExerciseFailed,
+    describe,
+    expect,
+    expect_close,
+    kind_of,
+    number,
+)
+
 Status = Literal["passed", "failed", "not_attempted"]
 
 
-class ExerciseFailed(AssertionError):
-    """A reader's answer is wrong; the message says how."""
+class NotAttempted(Exception):
+    """Raised by a checker that can tell the stub is untouched (a kernel whose source still
+    says ``raise NotImplementedError``, which it cannot call to find out)."""
 
 
 @dataclass(frozen=True)
 class Exercise:
-    id: str  # "ch02.online_update": chapter prefix, then a short name
+    id: str  # "ch02.online_update": chapter prefix, then the name of the function to write
     title: str
     checker: Callable[[Callable[..., Any]], None]
     hints: tuple[str, ...] = field(default_factory=tuple)
+    builds_on: tuple[str, ...] = ()  # earlier exercises whose functions this one may call
+    kernel: bool = False  # the answer is a @triton.jit function, handed to the checker as is
+    time_limit: float = DEFAULT_TIME_LIMIT
 
     @property
     def chapter(self) -> int:
         return int(self.id.split(".")[0].removeprefix("ch"))
+
+    @property
+    def name(self) -> str:
+        return self.id.split(".", 1)[1]
+
+    @property
+    def label(self) -> str:
+        """'exercise 2.1 (ch02.online_update)': numbered in the chapter's order."""
+        same = [e for e in REGISTRY if REGISTRY[e].chapter == self.chapter]
+        return f"exercise {self.chapter}.{same.index(self.id) + 1} ({self.id})"
 
 
 @dataclass(frozen=True)
@@ -57,15 +92,20 @@ class Outcome:
 
 
 REGISTRY: dict[str, Exercise] = {}
+_OUTCOMES: dict[str, Outcome] = {}  # the latest verdict of each exercise in this process
+_HINTS_SHOWN: dict[str, int] = {}  # how many hints of each exercise hints() has given
 
 
-def exercise(exercise_id: str, title: str, hints: tuple[str, ...] | list[str] = ()):
+def exercise(exercise_id: str, title: str, hints: tuple[str, ...] | list[str] = (), *,
+             builds_on: tuple[str, ...] = (), kernel: bool = False,
+             time_limit: float = DEFAULT_TIME_LIMIT):
     """Decorator: register ``checker(fn)`` as the checker of exercise ``exercise_id``."""
 
     def register(checker: Callable[[Callable[..., Any]], None]):
         if exercise_id in REGISTRY:
             raise ValueError(f"exercise {exercise_id!r} is registered twice")
-        REGISTRY[exercise_id] = Exercise(exercise_id, title, checker, tuple(hints))
+        REGISTRY[exercise_id] = Exercise(exercise_id, title, checker, tuple(hints),
+                                         tuple(builds_on), kernel, time_limit)
         return checker
 
     return register
@@ -91,29 +131,161 @@ def get(exercise_id: str) -> Exercise:
         raise KeyError(f"no exercise named {exercise_id!r}; known exercises: {known}") from None
 
 
-def _raised_not_implemented(exc: BaseException) -> bool:
-    return isinstance(exc, NotImplementedError)
+def forget_outcomes() -> None:
+    """Forget this process's verdicts (what the notes about earlier exercises rely on)."""
+    _OUTCOMES.clear()
 
 
-def verify(exercise_id: str, fn: Callable[..., Any]) -> Outcome:
-    """Run the checker on ``fn`` and report, without printing or recording anything."""
-    ex = get(exercise_id)
+def forget_hints() -> None:
+    """Start every exercise's hints from the first one again."""
+    _HINTS_SHOWN.clear()
+
+
+# ------------------------------------------------------------------------------ verdicts
+
+def _frames(error: BaseException) -> list[traceback.FrameSummary]:
+    return list(traceback.extract_tb(error.__traceback__))
+
+
+def _where(error: BaseException, fn: Callable) -> str:
+    """' (line 7 of online_update: `return m / 0`)': the innermost line of the reader's code."""
+    code = getattr(fn, "__code__", None)
+    frames = _frames(error)
+    mine = [f for f in frames if code is not None and f.filename == code.co_filename]
+    frame = (mine or frames or [None])[-1]
+    if frame is None:
+        return ""
+    line = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)).strip()
+    return f" (line {frame.lineno} of {frame.name}: `{line}`)" if line else ""
+
+
+def _raised_in_stub(error: BaseException, fn: Callable) -> bool:
+    """Did the NotImplementedError come from the reader's function's own body (the stub)?"""
+    code = getattr(fn, "__code__", None)
+    frames = _frames(error)
+    return bool(frames) and code is not None and frames[-1].filename == code.co_filename \
+        and frames[-1].name == code.co_name and frames[-1].lineno is not None \
+        and code.co_firstlineno <= frames[-1].lineno
+
+
+def _prerequisite_named(ex: Exercise, error: BaseException) -> Exercise | None:
+    """The earlier exercise whose function the error passed through, if any."""
+    names = {get(e).name: get(e) for e in ex.builds_on}
+    for frame in reversed(_frames(error)):
+        if frame.name in names:
+            return names[frame.name]
+    return None
+
+
+def _answer_raised(ex: Exercise, answer: Answer, raised: AnswerRaised) -> Outcome:
+    error, call = raised.error, raised.call
+    earlier = _prerequisite_named(ex, error)
+    if isinstance(error, NotImplementedError):
+        if answer.returned == 0 and _raised_in_stub(error, answer.fn):
+            return Outcome(ex.id, "not_attempted", "the stub still raises NotImplementedError")
+        inner = _frames(error)[-1].name if _frames(error) else "a function"
+        if earlier is not None:
+            return Outcome(ex.id, "failed", (
+                f"your function calls {earlier.name}, which still raises NotImplementedError: "
+                f"that is {earlier.label}; do it first (on the call {call})."))
+        if answer.returned:
+            return Outcome(ex.id, "failed", (
+                f"your function answered {answer.returned} calls, then raised "
+                f"NotImplementedError{_where(error, answer.fn)} on the call {call}: part of it "
+                "is still a stub."))
+        return Outcome(ex.id, "failed", (
+            f"your function calls {inner}, which raises NotImplementedError (still a stub?), "
+            f"on the call {call}."))
+    text = "".join(traceback.format_exception_only(type(error), error)).strip()
+    note = f" It happened inside {earlier.name}, {earlier.label}." if earlier else ""
+    return Outcome(ex.id, "failed", (f"your function raised {text}{_where(error, answer.fn)}\n"
+                                     f"  on the call {call}.{note}"))
+
+
+def _checker_could_not_use(ex: Exercise, answer: Any, exc: Exception) -> Outcome:
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if ex.kernel:
+        return Outcome(ex.id, "failed", f"your kernel raised an exception: {text}")
+    if isinstance(answer, Answer) and answer.returned:
+        return Outcome(ex.id, "failed", (
+            f"the checker could not use what your function returned for the call "
+            f"{answer.last_call}: {kind_of(answer.last_result)} ({text})."))
+    return Outcome(ex.id, "failed", f"the check stopped with an exception: {text}")
+
+
+def _recorded_status(exercise_id: str) -> str | None:
+    """The status the progress file holds for an exercise checked in an earlier session."""
+    from flashtext.exercises import progress
+
     try:
-        ex.checker(fn)
+        return progress.load().get(exercise_id, {}).get("status")
+    except Exception:  # the record is a convenience: never let it break a verdict
+        return None
+
+
+def _with_prerequisites(ex: Exercise, outcome: Outcome) -> Outcome:
+    """Say so when an earlier exercise this one builds on has not passed (in this session, or
+    at its last check recorded in the progress file)."""
+    if outcome.status != "failed":
+        return outcome
+    notes = []
+    for earlier_id in ex.builds_on:
+        if earlier_id in outcome.message:
+            continue
+        earlier = _OUTCOMES.get(earlier_id)
+        status = earlier.status if earlier is not None else _recorded_status(earlier_id)
+        if status == "failed":
+            state = ("failed its check in this session" if earlier is not None
+                     else "failed when it was last checked")
+        elif status == "not_attempted":
+            state = "is not attempted yet"
+        else:
+            continue
+        notes.append(f"This exercise builds on {get(earlier_id).label}, which {state}: if your "
+                     "code uses it, fix that one first.")
+    if not notes:
+        return outcome
+    return Outcome(ex.id, outcome.status, outcome.message + "\n" + "\n".join(notes))
+
+
+def verify(exercise_id: str, fn: Callable[..., Any], *, time_limit: float | None = None
+           ) -> Outcome:
+    """Run the checker on ``fn`` and report, without printing or recording anything.
+
+    ``time_limit`` (seconds) defaults to the exercise's own, or ``FLASHTEXT_CHECK_TIME_LIMIT``.
+    """
+    ex = get(exercise_id)
+    limit = time_limit if time_limit is not None else time_limit_from_env(ex.time_limit)
+    answer = fn if ex.kernel else Answer(fn)
+    try:
+        with within_time_limit(limit):
+            ex.checker(answer)
+    except NotAttempted:
+        outcome = Outcome(exercise_id, "not_attempted", "the stub still raises NotImplementedError")
     except ExerciseFailed as failure:
-        return Outcome(exercise_id, "failed", str(failure))
-    except NotImplementedError:
-        return Outcome(exercise_id, "not_attempted", "the stub still raises NotImplementedError")
-    except Exception as exc:  # the reader's code crashed: show where, in their code
-        tb = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return Outcome(exercise_id, "failed", f"your function raised an exception: {tb}")
-    return Outcome(exercise_id, "passed", "all cases agree with the reference")
+        outcome = Outcome(exercise_id, "failed", str(failure))
+    except AnswerRaised as raised:
+        outcome = _answer_raised(ex, answer, raised)
+    except CheckTimedOut:
+        call = f" on the call {answer.last_call}" if isinstance(answer, Answer) else ""
+        outcome = Outcome(exercise_id, "failed", (
+            f"your {'kernel' if ex.kernel else 'function'} was still running after "
+            f"{limit:g} s{call}: an endless loop? (A slow but right answer can have more time: "
+            "set FLASHTEXT_CHECK_TIME_LIMIT to a number of seconds, 0 for no limit.)"))
+    except Exception as exc:  # the checker could not use what came back
+        outcome = _checker_could_not_use(ex, answer, exc)
+    else:
+        outcome = Outcome(exercise_id, "passed", "all cases agree with the reference")
+    outcome = _with_prerequisites(ex, outcome)
+    _OUTCOMES[exercise_id] = outcome
+    return outcome
 
 
 def check(exercise_id: str, fn: Callable[..., Any]) -> None:
     """Notebook entry point: verify, print the verdict, record progress, raise if wrong.
 
     Returns nothing, so a notebook cell shows only the verdict; tests use :func:`verify`.
+    Recording progress never fails a check: a damaged or unwritable progress file only warns.
     """
     from flashtext.exercises import progress
 
@@ -127,72 +299,42 @@ def check(exercise_id: str, fn: Callable[..., Any]) -> None:
         print(f"[passed] {ex.title} ({exercise_id}): {outcome.message}.")
     else:
         raise ExerciseFailed(f"{ex.title} ({exercise_id}): {outcome.message}\n"
-                             f"Stuck? hints('{exercise_id}') shows a hint.")
+                             f"Stuck? hints('{exercise_id}') gives a hint, the next one each "
+                             "time you call it.")
 
 
-def hints(exercise_id: str, upto: int | None = None) -> list[str]:
-    """Print the exercise's hints (all, or the first ``upto``) and return them."""
+def hints(exercise_id: str, *, all: bool = False) -> None:  # noqa: A002  (reads well: all=True)
+    """Print the next hint of the exercise (one more per call), or every hint with ``all=True``.
+
+    The hints go from a nudge to nearly the answer; ask for one, think, then ask for the next.
+    """
     ex = get(exercise_id)
-    shown = list(ex.hints[:upto] if upto else ex.hints)
-    for n, text in enumerate(shown, 1):
-        print(f"Hint {n}/{len(ex.hints)}: {text}")
-    return shown
+    total = len(ex.hints)
+    if all:
+        for n, text in enumerate(ex.hints, 1):
+            print(f"Hint {n} of {total}: {text}")
+        _HINTS_SHOWN[exercise_id] = total
+        return
+    shown = _HINTS_SHOWN.get(exercise_id, 0)
+    if shown >= total:
+        print(f"No more hints for {exercise_id}: you have seen all {total}. "
+              f"hints('{exercise_id}', all=True) shows them together.")
+        return
+    print(f"Hint {shown + 1} of {total}: {ex.hints[shown]}")
+    if shown + 1 < total:
+        print(f"(Run hints('{exercise_id}') again for the next one.)")
+    _HINTS_SHOWN[exercise_id] = shown + 1
 
 
 # ---------------------------------------------------------------- helpers for writing checkers
-
-def describe(value: Any, limit: int = 6) -> str:
-    """A short, readable rendering of an input or output for failure messages."""
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    if isinstance(value, np.ndarray):
-        flat = np.array2string(value.ravel()[:limit], precision=4, separator=", ")
-        more = ", ..." if value.size > limit else ""
-        return f"array(shape={value.shape}, dtype={value.dtype}, values={flat[:-1]}{more}])"
-    return repr(value)
-
-
-def expect(condition: bool, message: str) -> None:
-    if not condition:
-        raise ExerciseFailed(message)
-
-
-def expect_close(got: Any, expected: Any, *, what: str, case: str,
-                 rtol: float = 1e-9, atol: float = 1e-12) -> None:
-    """Raise ExerciseFailed unless ``got`` matches ``expected`` (shape and values).
-
-    ``what`` names the quantity ("the output O"), ``case`` the input it came from.
-    """
-    if got is None:
-        raise ExerciseFailed(f"{case}: {what} came back as None. Did you forget `return`?")
-    if hasattr(got, "detach"):
-        got = got.detach().cpu().numpy()
-    got_arr = np.asarray(got, dtype=np.float64)
-    exp_arr = np.asarray(expected, dtype=np.float64)
-    if got_arr.shape != exp_arr.shape:
-        raise ExerciseFailed(f"{case}: {what} has shape {got_arr.shape}, expected {exp_arr.shape}.")
-    same_inf = np.isinf(exp_arr) & (got_arr == exp_arr)
-    ok = same_inf | np.isclose(got_arr, exp_arr, rtol=rtol, atol=atol)
-    if np.all(ok):
-        return
-    bad = np.argwhere(~ok)
-    first = tuple(int(i) for i in bad[0]) if got_arr.ndim else ()
-    g = got_arr[first] if got_arr.ndim else float(got_arr)
-    e = exp_arr[first] if exp_arr.ndim else float(exp_arr)
-    where = f" at index {first}" if first else ""
-    hint = " (NaN: an overflow, or inf - inf?)" if np.isnan(g) else ""
-    raise ExerciseFailed(
-        f"{case}: {what} is wrong{where}: expected {e!r}, got {g!r}{hint}; "
-        f"{len(bad)} of {exp_arr.size} entries differ."
-    )
-
 
 def adversarial_rows(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     """Score vectors that catch the usual mistakes in streaming softmax code.
 
     Random normal scores, huge positive scores (naive exp overflows), huge negative scores
-    (naive exp underflows to 0/0), all ties, a max that arrives last (forces a rescale), and
-    a row with -inf entries (masked keys).
+    (naive exp underflows to 0/0; a running max started at 0 instead of -inf loses every
+    term), all ties, a max that arrives last (forces a rescale), and a row with -inf entries
+    (masked keys).
     """
     base = rng.standard_normal(n)
     rising = np.sort(base) * 3.0

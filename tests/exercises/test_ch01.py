@@ -51,3 +51,26 @@ def test_step_times():
         "softmax at the tensor-core peak": _softmax_on_tensor_cores,
         "compute + memory instead of the max": _sum_not_max,
     })
+
+
+def test_attainable_flops_rejects_a_remembered_ridge():
+    def ridge_200(i, p, b):  # "the ridge is about 200 FLOP/B" (true for an A100 and an H200)
+        i = np.asarray(i, dtype=float)
+        return np.where(i >= 200.0, p, b * i)
+
+    def ridge_of_h100(i, p, b):
+        i = np.asarray(i, dtype=float)
+        return np.where(i >= 989e12 / 3.35e12, p, b * i)
+
+    assert_exercise("ch01.attainable_flops", ch01.attainable_flops, wrong={
+        "hard-coded ridge of 200 FLOP/B": ridge_200,
+        "the H100's ridge for every GPU": ridge_of_h100,
+    }, message_must_mention={"hard-coded ridge of 200 FLOP/B": "FLOP/B"})
+
+
+def test_the_roofline_cases_straddle_every_ridge():
+    from flashtext.exercises.ch01 import _roofline_machines
+
+    ridges = [p / b for p, b in _roofline_machines().values()]
+    assert min(ridges) < 10 and max(ridges) > 1000  # no single remembered ridge fits all
+    assert any(100 < r < 250 for r in ridges) and any(250 < r < 400 for r in ridges)

@@ -90,3 +90,69 @@ def test_streaming_logsumexp():
         "forgot the log": _forgot_log,
         "forgot to add m back": _forgot_m,
     })
+
+
+def _global_max_first(x, block):  # right values, but not streamed: the whole row's max first
+    m = float(np.max(x))
+    if m == -np.inf:
+        return np.zeros(len(x))
+    out = np.zeros(len(x))
+    l = sum(float(np.sum(np.exp(x[a:a + block] - m))) for a in range(0, len(x), block))  # noqa: E741
+    for a in range(0, len(x), block):
+        out[a:a + block] = np.exp(x[a:a + block] - m) / l
+    return out
+
+
+def _max_starts_at_zero(x, block):  # the running max starts at 0, not -inf
+    m, l = 0.0, 0.0  # noqa: E741
+    for a in range(0, len(x), block):
+        m, l = ch02.online_update(m, l, x[a:a + block])  # noqa: E741
+    out = np.zeros(len(x))
+    with np.errstate(all="ignore"):
+        for a in range(0, len(x), block):
+            out[a:a + block] = np.exp(x[a:a + block] - m) / l
+    return out
+
+
+def test_streaming_softmax_must_stream_and_start_from_minus_inf():
+    assert_exercise("ch02.streaming_softmax", ch02.streaming_softmax, wrong={
+        "the whole row's max first": _global_max_first,
+        "running max started at 0": _max_starts_at_zero,
+    }, message_must_mention={"the whole row's max first": "at most block="})
+
+
+def test_streaming_logsumexp_must_stream():
+    def whole_row(x, block):
+        m = float(np.max(x))
+        return -np.inf if m == -np.inf else m + float(np.log(np.sum(np.exp(x - m))))
+
+    assert_exercise("ch02.streaming_logsumexp", ch02.streaming_logsumexp, wrong={
+        "the whole row at once": whole_row,
+        "m started at 0": lambda x, block: _lse_from(0.0, x, block),
+    }, message_must_mention={"the whole row at once": "streaming pass"})
+
+
+def _lse_from(m0, x, block):
+    m, l = m0, 0.0  # noqa: E741
+    for a in range(0, len(x), block):
+        m, l = ch02.online_update(m, l, x[a:a + block])  # noqa: E741
+    with np.errstate(divide="ignore"):
+        return m + np.log(l)
+
+
+def test_the_rows_have_the_properties_their_names_claim():
+    from flashtext.exercises.ch02 import _rows
+    from flashtext.exercises.core import adversarial_rows
+
+    for n in (1, 7, 23):
+        rows = adversarial_rows(np.random.default_rng(n), n)
+        assert abs(np.mean(rows["huge positive scores (around +1000)"]) - 1000) < 20
+        assert np.all(rows["huge negative scores (around -1000)"] < -745)  # exp underflows
+        assert np.all(rows["all scores tied at 1.0"] == 1.0)
+        rising = rows["scores increasing, so the max arrives in the last block"]
+        assert np.all(np.diff(rising) >= 0)
+        assert np.isneginf(rows["scores with -inf entries (masked keys)"]).any() or n == 1
+    extra = _rows()
+    assert np.all(np.isneginf(extra["first 4 scores -inf (a masked first block), n=11"][:4]))
+    middle = extra["max in the middle, n=9"]
+    assert 0 < int(np.argmax(middle)) < len(middle) - 1

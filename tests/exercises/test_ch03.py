@@ -73,3 +73,45 @@ def test_welford_update():
         "sum of squares minus n mean^2": _sum_of_squares,
         "forgot the count": lambda s, x: (s[0], *ch03.welford_update(s, x)[1:]),
     })
+
+
+def _leaf_without_guard(block):
+    m = float(np.max(block))
+    with np.errstate(invalid="ignore"):
+        return m, float(np.sum(np.exp(block - m)))
+
+
+def _tree_nan_for_masked_leaves(blocks, tree):
+    if isinstance(tree, int):
+        return _leaf_without_guard(blocks[tree])
+    return ch03.merge(_tree_nan_for_masked_leaves(blocks, tree[0]),
+                      _tree_nan_for_masked_leaves(blocks, tree[1]))
+
+
+def _tree_merging_without_guard(blocks, tree):
+    if isinstance(tree, int):
+        return ch03._leaf(blocks[tree])
+    return _nan_for_empty(_tree_merging_without_guard(blocks, tree[0]),
+                          _tree_merging_without_guard(blocks, tree[1]))
+
+
+def test_merge_tree_with_fully_masked_leaves():
+    assert_exercise("ch03.merge_tree", ch03.merge_tree, wrong={
+        "NaN for an all -inf leaf": _tree_nan_for_masked_leaves,
+        "NaN merging two masked subtrees": _tree_merging_without_guard,
+    }, message_must_mention={"NaN for an all -inf leaf": "all -inf"})
+
+
+def test_the_tree_cases_contain_fully_masked_leaves_and_subtrees():
+    from flashtext.exercises.ch03 import _leaves, _tree_cases
+
+    masked_leaf = masked_root = 0
+    for case, blocks, tree, covered in _tree_cases(np.random.default_rng(5)):
+        assert sorted(_leaves(tree)) == sorted(set(_leaves(tree)))
+        assert np.array_equal(np.sort(np.concatenate([blocks[i] for i in _leaves(tree)])),
+                              np.sort(covered))
+        if "all -inf" in case:
+            masked_leaf += any(np.all(np.isneginf(blocks[i])) for i in _leaves(tree))
+            masked_root += bool(np.all(np.isneginf(covered)))
+    assert masked_leaf >= 4 and masked_root >= 1
+

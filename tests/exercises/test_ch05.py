@@ -69,3 +69,19 @@ def test_line12():
 def test_library_line12_passes_too():
     assert_exercise("ch05.line12", tiled.line12_paper, wrong={
         "no green rescale": no_green_rescale, "no yellow rescale": no_yellow_rescale})
+
+
+def test_the_line12_cases_have_the_properties_their_names_claim():
+    from flashtext.exercises.ch05 import _cases
+
+    for case, spec in _cases():
+        q, k, v = spec["qkv"]
+        s = q @ k.T * (spec.get("scale") or 1 / np.sqrt(q.shape[1]))
+        if case.startswith("huge scores"):
+            assert np.abs(s).max() > 1000 and s.max() > 709  # exp(m) overflows
+        if case.startswith("scores rising"):
+            assert np.all(np.diff(s, axis=1) > 0)
+        if case.startswith("scores falling"):
+            assert np.all(np.diff(s, axis=1) < 0)
+        if "see no key" in case:
+            assert spec.get("causal") and q.shape[0] > k.shape[0]

@@ -60,3 +60,34 @@ def test_crossover_m():
         },
         message_must_mention={"off by one": "off by one", "never None": "None"},
     )
+
+
+def test_crossover_m_steps_over_a_tie():
+    def at_most(n, d):  # "moves no more than" instead of "strictly fewer"
+        standard = 4 * n * d + 4 * n * n
+        if ch06.fa1_hbm_bytes(n, d, 4 * n * d, 1) > standard:
+            return None
+        lo, hi = 0, 4 * n * d
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ch06.fa1_hbm_bytes(n, d, mid, 1) <= standard:
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    assert_exercise("ch06.crossover_m", ch06.crossover_m, wrong={
+        "<= instead of <": at_most,
+        "returns a float": lambda n, d: None if ch06.crossover_m(n, d) is None
+        else ch06.crossover_m(n, d) + 0.5,
+    }, message_must_mention={"<= instead of <": "exactly as many"})
+
+
+def test_the_tie_cases_are_ties():
+    from flashtext import cost
+
+    for n, d in ((10, 2), (100, 10), (266, 13)):
+        m = cost.fa1_crossover_m(n, d)
+        ties = [x for x in range(1, m) if cost.fa1_hbm_total(n, d, x)
+                == cost.standard_attention_hbm_total(n, d)]
+        assert ties, (n, d)

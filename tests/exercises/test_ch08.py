@@ -61,3 +61,39 @@ def test_bwd_block():
             "returned dq, dk, dv (wrong order)": "shape",
         },
     )
+
+
+def test_bwd_block_uses_the_scale_it_is_given():
+    def fixed_scale(q_blk, k_blk, v_blk, do_blk, lse_blk, delta_blk, mask, sm_scale):
+        return ch08.bwd_block(q_blk, k_blk, v_blk, do_blk, lse_blk, delta_blk, mask, 8 ** -0.5)
+
+    def p_from_exp_over_exp(q_blk, k_blk, v_blk, do_blk, lse_blk, delta_blk, mask, sm_scale):
+        s = (q_blk @ k_blk.T) * sm_scale
+        if mask is not None:
+            s = np.where(mask, s, -np.inf)
+        with np.errstate(all="ignore"):
+            p = np.exp(s) / np.exp(lse_blk)[:, None]  # overflows for large scores
+        p = np.nan_to_num(p, nan=0.0)
+        ds = p * (do_blk @ v_blk.T - delta_blk[:, None])
+        return (ds.T @ q_blk) * sm_scale, p.T @ do_blk, (ds @ k_blk) * sm_scale
+
+    assert_exercise("ch08.bwd_block", ch08.bwd_block, wrong={
+        "hard-coded 1/sqrt(8)": fixed_scale,
+        "P = exp(s) / exp(lse)": p_from_exp_over_exp,
+    }, message_must_mention={"hard-coded 1/sqrt(8)": "sm_scale=0.3",
+                             "P = exp(s) / exp(lse)": "thousands"})
+
+
+def test_the_backward_cases_have_the_properties_their_names_claim():
+    from flashtext.exercises.ch08 import _step_cases
+
+    for case, (q, k, _, _), causal, bm, bn, scale in _step_cases(np.random.default_rng(12)):
+        s = (q @ k.T) * scale
+        if "thousands" in case:
+            assert np.abs(s).max() > 1000 and s.max() > 709  # exp(s) overflows float64
+        if "not a multiple" in case:
+            assert q.shape[0] % bm and k.shape[0] % bn
+        if "see no key" in case:
+            assert causal and q.shape[0] - k.shape[0] == 25
+        if "sm_scale=0.3" in case:
+            assert scale == 0.3 and q.shape[1] == 5

@@ -42,16 +42,25 @@ def test_query_range():
 def _dq_body(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh, N_Q, N_K,
              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              CAUSAL: tl.constexpr, SCALE: tl.constexpr, MASK: tl.constexpr,
-             DELTA_ON: tl.constexpr):
+             DELTA_ON: tl.constexpr, EXP_OVER_EXP: tl.constexpr, DQ_STRIDE: tl.constexpr,
+             ROW_MASKS: tl.constexpr, GIVEN_SCALE: tl.constexpr):
     """The solution with one ingredient switchable off, to build the wrong answers."""
     start_m = tl.program_id(0) * BLOCK_M
     head = tl.program_id(1)
+    if not GIVEN_SCALE:
+        sm_scale = 0.25  # 1/sqrt(16): right for most cases only
+    if not DQ_STRIDE:
+        stride_dqh = stride_qh  # as if dQ were laid out like Q
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     rows = head * stride_qh + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
     m_ok = offs_m < N_Q
-    q = tl.load(Q + rows, mask=m_ok[:, None], other=0.0)
-    do = tl.load(DO + rows, mask=m_ok[:, None], other=0.0)
+    if ROW_MASKS:
+        q = tl.load(Q + rows, mask=m_ok[:, None], other=0.0)
+        do = tl.load(DO + rows, mask=m_ok[:, None], other=0.0)
+    else:  # loads the padded rows too (never stored: values right, reads out of bounds)
+        q = tl.load(Q + rows)
+        do = tl.load(DO + rows)
     lse = tl.load(LSE + head * N_Q + offs_m, mask=m_ok, other=float("inf"))
     lse = tl.where(lse == float("-inf"), float("inf"), lse)
     delta = tl.load(DELTA + head * N_Q + offs_m, mask=m_ok, other=0.0)
@@ -67,21 +76,28 @@ def _dq_body(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride
         visible = offs_n[None, :] < N_K
         if CAUSAL and MASK:
             visible = visible & (offs_n[None, :] <= offs_m[:, None] + (N_K - N_Q))
-        p = tl.exp(tl.where(visible, qk, float("-inf")) - lse[:, None])
+        if EXP_OVER_EXP:  # exp(s) / exp(lse): the same number, until exp(s) overflows
+            p = tl.exp(tl.where(visible, qk, float("-inf"))) / tl.exp(lse[:, None])
+            p = tl.where(p == p, p, 0.0)
+        else:
+            p = tl.exp(tl.where(visible, qk, float("-inf")) - lse[:, None])
         ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
         dq = tl.dot(ds, k, dq)
     if SCALE:
         dq = dq * sm_scale
-    tl.store(DQ + head * stride_dqh + offs_m[:, None] * HEAD_DIM + offs_d[None, :], dq,
-             mask=m_ok[:, None])
+    dq_ptrs = DQ + head * stride_dqh + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    if ROW_MASKS:
+        tl.store(dq_ptrs, dq, mask=m_ok[:, None])
+    else:
+        tl.store(dq_ptrs, dq)
 
 
 @triton.jit
-def dq_no_scale(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh, N_Q,
-                N_K, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                CAUSAL: tl.constexpr):
+def dq_no_scale(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh,
+                N_Q, N_K, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     _dq_body(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh, N_Q, N_K,
-             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, True, True)
+             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, True, True, False, True, True, True)
 
 
 @triton.jit
@@ -89,15 +105,47 @@ def dq_no_causal_mask(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_k
                       N_Q, N_K, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
                       BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     _dq_body(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh, N_Q, N_K,
-             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, False, True)
+             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, False, True, False, True, True, True)
 
 
 @triton.jit
-def dq_no_delta(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh, N_Q,
-                N_K, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                CAUSAL: tl.constexpr):
+def dq_no_delta(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh,
+                N_Q, N_K, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     _dq_body(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh, N_Q, N_K,
-             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, True, False)
+             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, True, False, False, True, True, True)
+
+
+@triton.jit
+def dq_exp_over_exp(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh,
+                    N_Q, N_K, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    _dq_body(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh, N_Q, N_K,
+             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, True, True, True, True, True, True)
+
+
+@triton.jit
+def dq_stride_of_q(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh,
+                   N_Q, N_K, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    _dq_body(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh, N_Q, N_K,
+             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, True, True, False, False, True, True)
+
+
+@triton.jit
+def dq_no_row_masks(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh,
+                    N_Q, N_K, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    _dq_body(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh, N_Q, N_K,
+             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, True, True, False, True, False, True)
+
+
+@triton.jit
+def dq_fixed_scale(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh,
+                   N_Q, N_K, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    _dq_body(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, stride_qh, stride_kh, stride_dqh, N_Q, N_K,
+             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, True, True, False, True, True, False)
 
 
 def test_dq_kernel():
@@ -106,3 +154,55 @@ def test_dq_kernel():
         "no causal mask": dq_no_causal_mask,
         "delta left out": dq_no_delta,
     })
+
+
+def test_dq_kernel_catches_overflow_strides_masks_and_a_fixed_scale():
+    assert_exercise("ch11.dq_kernel", ch11.dq_kernel, wrong={
+        "P = exp(s) / exp(lse)": dq_exp_over_exp,
+        "dQ written with Q's head stride": dq_stride_of_q,
+        "Q and dO loaded, dQ stored without row masks": dq_no_row_masks,
+        "hard-coded scale 1/sqrt(16)": dq_fixed_scale,
+    }, message_must_mention={"P = exp(s) / exp(lse)": "scores above 100",
+                             "dQ written with Q's head stride": "DQ",
+                             "Q and dO loaded, dQ stored without row masks": "past the last row",
+                             "hard-coded scale 1/sqrt(16)": "d=32"})
+
+
+def test_the_dq_cases_have_the_properties_their_names_claim():
+    import math
+
+    import numpy as np
+    import torch
+
+    from flashtext import reference as ref
+    from flashtext.exercises.ch11 import _dq_cases
+
+    scales = set()
+    for case, q, k, v, do, causal, bm, bn, sm_scale in _dq_cases(
+            torch.Generator().manual_seed(11)):
+        s = ref.scores(q, k, scale=sm_scale)
+        scales.add(round(sm_scale * math.sqrt(q.shape[-1]), 6))
+        assert do.shape == q.shape and v.shape == k.shape
+        if "scores above 100" in case:
+            assert s.max() > 100  # exp(s) overflows fp32 (above about 88.7)
+        else:
+            assert np.abs(s).max() < 30
+        if "ragged" in case:
+            assert q.shape[1] % bm or k.shape[1] % bn
+        if "see no key" in case:
+            assert causal and q.shape[1] - k.shape[1] == 33
+    assert len(scales) >= 2
+
+
+def test_query_range_cases_put_block_edges_on_the_diagonal():
+    from flashtext.exercises.ch11 import QUERY_RANGE_CASES
+
+    def first_rows(n_q, n_k, bm, bn):
+        off = n_k - n_q
+        return [s - off for s in range(0, n_k, bn)] + \
+            [min(s + bn, n_k) - 1 - off for s in range(0, n_k, bn)]
+
+    edges = [(case, r) for case in QUERY_RANGE_CASES for r in first_rows(*case)
+             if r > 0 and r % case[2] == 0]
+    assert len({case for case, _ in edges}) >= 4  # several cases with a row on a block edge
+    assert any(n_k % bn for n_q, n_k, bm, bn in QUERY_RANGE_CASES)  # a ragged last key block

@@ -47,3 +47,29 @@ def test_predict_bound():
         "N_q used for K and V": square_only,
         "always compute": lambda *args: "compute",
     })
+
+
+def test_predict_bound_at_the_ridge_is_compute():
+    def strictly_above(b, h, nq, nk, d, s, peak, bw):
+        flops = 4 * b * h * nq * nk * d
+        moved = b * h * (2 * nq * d + 2 * nk * d) * s
+        return "compute" if flops / moved > peak / bw else "memory"
+
+    assert_exercise("ch12.predict_bound", ch12.predict_bound, wrong={
+        "> instead of >=": strictly_above,
+        "returns a bool": lambda *args: ch12.predict_bound(*args) == "compute",
+    }, message_must_mention={"> instead of >=": "exactly at the ridge",
+                             "returns a bool": "'compute' or 'memory'"})
+
+
+def test_the_tie_cases_sit_exactly_on_the_ridge():
+    from flashtext.cost import attention_flops, compulsory_hbm_elements
+    from flashtext.exercises.ch12 import TIE_CASES, TIE_GPU
+
+    _, peak, bandwidth = TIE_GPU
+    on_ridge = 0
+    for b, h, nq, nk, d, s in TIE_CASES:
+        intensity = attention_flops(b, h, nq, d, n_k=nk) / (
+            b * h * compulsory_hbm_elements(nq, d, nk) * s)
+        on_ridge += intensity == peak / bandwidth == 256.0
+    assert on_ridge >= 2

@@ -40,3 +40,47 @@ def test_fwht():
         },
         message_must_mention={"forgot to return": "return"},
     )
+
+
+def _dense_hadamard(x):  # right values, but an n x n matrix: not the fast transform
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[-1]
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return x @ h / math.sqrt(n)
+
+
+def _kronecker(x):
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[-1]
+    h = np.ones((1, 1))
+    for _ in range(int(math.log2(n))):
+        h = np.kron(h, np.array([[1.0, 1.0], [1.0, -1.0]]))
+    return x @ h / math.sqrt(n)
+
+
+def test_fwht_must_not_build_the_matrix():
+    assert_exercise("ch13.fwht", ch13.fwht, wrong={
+        "dense Hadamard matrix": _dense_hadamard,
+        "Kronecker powers of [[1, 1], [1, -1]]": _kronecker,
+    }, message_must_mention={"dense Hadamard matrix": "Hadamard matrix"})
+
+
+def test_the_reference_transform_stays_far_below_the_memory_budget():
+    from flashtext.exercises.ch13 import RULE_N
+    from flashtext.exercises.rules import peak_allocation
+
+    x = np.random.default_rng(0).standard_normal(RULE_N)
+    _, peak = peak_allocation(ch13.fwht, x)
+    assert peak < RULE_N * RULE_N * 8 // 32 // 10  # ten times under the limit
+    _, dense = peak_allocation(_dense_hadamard, x)
+    assert dense > RULE_N * RULE_N * 8 // 32
+
+
+def test_the_outlier_case_is_an_outlier():
+    from flashtext.exercises.ch13 import _inputs
+
+    cases = dict(_inputs(np.random.default_rng(13)))
+    spike = cases["a single outlier (100 at index 3) in a length-16 vector"]
+    assert spike[3] == 100 and np.count_nonzero(spike) == 1
