@@ -58,9 +58,16 @@ CITED: dict[str, Cited] = dict([
 ])
 
 
+#: What the text says about the library's code, where it gives a number a cell checks.
+CODE = MappingProxyType({
+    # chapter 10: "a hundred-odd lines of Triton" (_attn_fwd and _fwd_inner together)
+    "forward_kernel_lines": (100, 199),
+})
+
+
 def says(name: str) -> MappingProxyType:
     """What the book says about recording ``name`` (KeyError if no chapter cites it)."""
     return CITED[name].says
 
 
-__all__ = ["CITED", "Cited", "says"]
+__all__ = ["CITED", "CODE", "Cited", "says"]

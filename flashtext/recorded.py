@@ -154,6 +154,16 @@ def staleness(data: dict[str, Any], root: Path = PACKAGE_ROOT) -> str | None:
     return "kernel sources changed since: " + ", ".join(changed)
 
 
+def sources_note(data: dict[str, Any]) -> str:
+    """One line for a chapter to print under a recording of the library's kernels: whether it
+    was made from the kernel sources as they are now (tests/test_recording_provenance.py
+    fails while a cited one is not)."""
+    why = staleness(data)
+    if why is None:
+        return "Made from the kernel sources as they are now."
+    return f"STALE, not a measurement of the kernels as they are now: {why}."
+
+
 def _stamp_sources(payload: dict[str, Any], measured: tuple[str, ...]) -> dict[str, Any]:
     current = kernel_fingerprint(measured)
     if SOURCES_KEY not in payload:  # a fresh recording

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 STEMS = sorted(p.stem for p in recorded.DATA_DIR.glob("*.json"))
 # calls that load a recording without naming it
-IMPLICIT = {r"\brecorded_results\(": report.RECORDED_NAME, r"\bRECORDED_NAME\b": report.RECORDED_NAME,
+IMPLICIT = {r"\brecorded_results\(": report.RECORDED_NAME,
+            r"\bRECORDED_NAME\b": report.RECORDED_NAME,
             r"\bload_anchors\(": report.ANCHORS_NAME}
 
 
@@ -63,8 +64,9 @@ KERNEL_RECORDINGS = sorted(name for name, c in claims.CITED.items() if c.kernels
 @pytest.mark.parametrize("name", KERNEL_RECORDINGS)
 def test_cited_kernel_recordings_are_of_the_current_sources(name):
     why = recorded.staleness(recorded.load(name))
-    assert why is None, (f"{name}.json, cited by chapter(s) {', '.join(claims.CITED[name].chapters)}"
-                         f", is stale ({why}). Record it again: {claims.CITED[name].record}")
+    cited = claims.CITED[name]
+    assert why is None, (f"{name}.json, cited by chapter(s) {', '.join(cited.chapters)}, is "
+                         f"stale ({why}). Record it again: {cited.record}")
 
 
 # ------------------------------------------------------------------ the mechanism, on a toy tree
@@ -148,7 +150,7 @@ def test_loaded_recordings_are_found_in_chapter_code():
         loaded_recordings('recorded.load(f"accuracy_{machine}")')
 
 
-# ---------------------------------------------------- scripts/record_hopper.py records as dispatched
+# ------------------------------------------ scripts/record_hopper.py records as dispatched
 
 def _record_hopper():
     spec = importlib.util.spec_from_file_location("record_hopper",
