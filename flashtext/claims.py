@@ -53,7 +53,8 @@ CITED: dict[str, Cited] = dict([
     _cited("accuracy_h200", "10 11", True, f"python scripts/record_accuracy.py {H200}"),
     _cited("h200_hopper", "12 13 14", True, f"python scripts/record_hopper.py {H200}"),
     _cited(RECORDED_NAME, "12", True,
-           f"make bench BENCH_ARGS='--flex-compile static --out {RECORDED_NAME}' {H200} "
+           f"make bench BENCH_ARGS='--providers ours cudnn flash flex --flex-compile static "
+           f"--out {RECORDED_NAME}' {H200} "
            "(the full sweep, one run)"),
 ])
 

@@ -54,12 +54,16 @@ from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
-if __name__ == "__main__":  # a fresh cache, so every kernel is compiled (and kept) here
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="flashtext_hopper_cache_")
-    if "--sm90-preview" in sys.argv and os.environ.get("TRITON_INTERPRET") != "0":
-        # compile for a GPU we do not have: restart with the interpreter off from the start
-        os.execve(sys.executable, [sys.executable, *sys.argv],
-                  {**os.environ, "TRITON_INTERPRET": "0"})
+if __name__ == "__main__":
+    if "--sm90-preview" in sys.argv:
+        if os.environ.get("TRITON_INTERPRET") != "0":
+            # compile for a GPU we do not have: restart with the interpreter off from the start
+            os.execve(sys.executable, [sys.executable, *sys.argv],
+                      {**os.environ, "TRITON_INTERPRET": "0"})
+        # the preview reads each compiled kernel directly, so Triton's own cache may answer a
+        # second run (its key includes the kernel source)
+    else:  # a fresh cache, so every kernel launched is compiled (and kept) here
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="flashtext_hopper_cache_")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
