@@ -3,6 +3,7 @@
     python scripts/record_hopper.py            # on an H200: flashtext/data/h200_hopper.json
     python scripts/record_hopper.py --quick    # smoke test: fewer timings, not saved
     python scripts/record_hopper.py --sm90-preview   # no GPU needed: compile for sm_90, print
+    python scripts/record_hopper.py --sm90-preview --d 36 --n 1024   # another case (--full: no mask)
 
 Our kernels are compiled exactly as ``flash_attention`` dispatches them: the script runs the
 public API (forward and backward) and captures every launch at the launcher
@@ -357,7 +358,7 @@ def describe_launch(c: Captured, compile_fn, with_sass: bool) -> dict:
             break
         config = smaller
         kernel = compile_fn(c, config)
-    names = [p.name for p in c.kernel_fn.params]
+    names = c.kernel_fn.arg_names  # (a JITFunction, or the interpreter's stand-in)
     descs = [names[i] for i, a in enumerate(c.resolved(config))
              if TensorDescriptor is not None and isinstance(a, TensorDescriptor)]
     meta = kernel.metadata
@@ -464,10 +465,10 @@ def splitkv(quick: bool, cache_dir: Path, seen: set[str]) -> dict:
     return result
 
 
-def sm90_preview() -> dict:
+def sm90_preview(case: tuple = PREVIEW_CASE) -> dict:
     """Compile (never launch) what ``flash_attention`` launches for :data:`PREVIEW_CASE`
     (forward and backward), and the three probes, for sm_90; count PTX and SASS instructions."""
-    dtype, d, causal, n = PREVIEW_CASE
+    dtype, d, causal, n = case
     seen, _ = dispatched_launches(dtype, d, causal, n, "cpu", run=False)
     out = {"triton": triton.__version__, "target": "sm_90", "probes": [],
            "library": {"dtype": dtype, "d": d, "causal": causal, "n": n,
@@ -497,9 +498,14 @@ def main() -> None:
     parser.add_argument("--name", default="h200_hopper", help="output name in flashtext/data")
     parser.add_argument("--sm90-preview", action="store_true",
                         help="no GPU: compile for sm_90 and print the counts as JSON")
+    parser.add_argument("--d", type=int, default=PREVIEW_CASE[1],
+                        help=f"--sm90-preview: head dim of the case (default {PREVIEW_CASE[1]})")
+    parser.add_argument("--n", type=int, default=PREVIEW_CASE[3],
+                        help=f"--sm90-preview: sequence length (default {PREVIEW_CASE[3]})")
+    parser.add_argument("--full", action="store_true", help="--sm90-preview: no causal mask")
     args = parser.parse_args()
     if args.sm90_preview:
-        print(json.dumps(sm90_preview()))
+        print(json.dumps(sm90_preview((PREVIEW_CASE[0], args.d, not args.full, args.n))))
         return
 
     import torch

@@ -176,3 +176,19 @@ def test_record_hopper_captures_the_launches_flash_attention_makes():
     assert fwd.constexprs["USE_TMA"] == fwd.config.tma and len(descs) == (2 if fwd.config.tma
                                                                           else 0)
     assert rh.MEASURED == ("flashtext.kernels.api", "flashtext.kernels.splitkv")
+
+
+def test_record_hopper_describes_each_launch_with_what_ran():
+    from types import SimpleNamespace
+
+    rh = _record_hopper()
+    seen, _ = rh.dispatched_launches("float16", 64, False, 64, "cpu", run=False)
+    compiled = SimpleNamespace(asm={"ptx": "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                                           "cp.async.bulk.tensor.4d.shared::cluster.global x"},
+                               metadata=SimpleNamespace(num_warps=4, num_stages=2, shared=1024))
+    rows = [rh.describe_launch(c, lambda c_, cfg: compiled, with_sass=False) for c in seen]
+    fwd = rows[0]
+    assert fwd["name"] == "_attn_fwd" and fwd["config"]["BLOCK_M"] == seen[0].config.BLOCK_M
+    assert fwd["descriptor_args"] == (["K", "V"] if seen[0].config.tma else [])
+    assert fwd["ptx"]["wgmma"] == 1 and fwd["ptx"]["tma_load"] == 1 and fwd["sass"] is None
+    assert fwd["wgmma_shapes"] == ["m64n64k16.f32.f16.f16"] and fwd["shared_bytes"] == 1024
