@@ -44,10 +44,10 @@ CITED: dict[str, Cited] = dict([
            # chapter 12's hook: fp16 forward, d = 128, N = 16k, TFLOP/s by provider
            fwd_d128_n16k={"cudnn": 575.5, "tutorial": 520.3, "flex": 461.5, "flash": 341.0}),
     _cited("h200_memory_wall", "01", False, f"python scripts/record_memory_wall.py {H200}"),
-    _cited("hbm_traffic", "06", False, f"python scripts/record_hbm_traffic.py {H200}"),
+    _cited("hbm_traffic", "01 06", False, f"python scripts/record_hbm_traffic.py {H200}"),
     _cited("fa2_schedule", "06 07 08", False, f"python scripts/record_fa2_schedule.py {H200}"),
     # the library's kernels
-    _cited("triton_primer_h200", "09", True, f"python scripts/record_triton_primer.py {H200}"),
+    _cited("triton_primer_h200", "01 09", True, f"python scripts/record_triton_primer.py {H200}"),
     _cited("accuracy_cpu", "10 11", True,
            "python scripts/record_accuracy.py on a CPU (the interpreter; about a minute)"),
     _cited("accuracy_h200", "10 11", True, f"python scripts/record_accuracy.py {H200}"),

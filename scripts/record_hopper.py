@@ -3,7 +3,7 @@
     python scripts/record_hopper.py            # on an H200: flashtext/data/h200_hopper.json
     python scripts/record_hopper.py --quick    # smoke test: fewer timings, not saved
     python scripts/record_hopper.py --sm90-preview   # no GPU needed: compile for sm_90, print
-    python scripts/record_hopper.py --sm90-preview --d 36 --n 1024   # another case (--full: no mask)
+    python scripts/record_hopper.py --sm90-preview --d 36 --n 1024   # another case (--full)
 
 Our kernels are compiled exactly as ``flash_attention`` dispatches them: the script runs the
 public API (forward and backward) and captures every launch at the launcher
