@@ -6,8 +6,9 @@ exponential, so at head dimension d the exponentials take ``(989 / 3.9) / (4 d)`
 time: ~99% at d = 64, ~50% at d = 128 (FlashAttention-3, Shah et al. 2024, arXiv 2407.08608).
 Done one after the other, a third of the time at d = 128 goes to softmax while the tensor cores
 idle. FA3 overlaps them: *ping-pong* (two warpgroups, barriers make one's softmax run during the
-other's GEMMs) and *intra-warpgroup pipelining* (a warpgroup issues the next Q K^T before doing
-this block's softmax, since WGMMA is asynchronous).
+other's GEMMs) and *intra-warpgroup pipelining* (WGMMA is asynchronous, so in iteration j a
+warpgroup issues S_j = Q K_j^T, then P_{j-1} V_{j-1}, and computes the softmax of block j while
+that second GEMM runs: FA3's Algorithm 2).
 
 :func:`simulate` is a small schedule model of one SM: a tensor-core unit and a softmax unit, each
 doing one thing at a time, the GEMMs and softmaxes of a warpgroup's loop as tasks with the
@@ -371,3 +372,48 @@ def check_pingpong(slots: tuple[Slot, ...]) -> None:
 
 
 __all__ += ["Slot", "check_pingpong", "pingpong_slots"]
+
+
+# ------------------------------------------------------------- exponentials per clock, A100 -> H100
+
+#: MUFU (special-function unit) results per clock per SM for ex2 and the other fp32 transcendentals,
+#: compute capability 8.0 and 9.0 alike (CUDA C++ Programming Guide, throughput of native
+#: arithmetic instructions).
+MUFU_EX2_PER_CLOCK_PER_SM = 16
+#: Dense fp16/bf16 tensor-core FLOPs per clock per SM: 4 tensor cores x 256 FMA on the A100
+#: (A100 whitepaper), twice that per SM and clock on the H100 (H100 whitepaper).
+TENSOR_FLOPS_PER_CLOCK_PER_SM = {"A100": 2048, "H100": 4096, "H200": 4096}
+
+
+def _arch(gpu: GPU) -> str:
+    for key in TENSOR_FLOPS_PER_CLOCK_PER_SM:
+        if gpu.name.startswith(key):
+            return key
+    raise ValueError(f"no tensor-core rate per clock for {gpu.name!r}; known: "
+                     f"{sorted(TENSOR_FLOPS_PER_CLOCK_PER_SM)}")
+
+
+def clock_hz(gpu: GPU) -> float:
+    """The clock at which ``gpu.matmul_flops`` (the vendor's dense peak) is quoted."""
+    return gpu.matmul_flops / (gpu.sms * TENSOR_FLOPS_PER_CLOCK_PER_SM[_arch(gpu)])
+
+
+def mufu_exp_rate(gpu: GPU) -> float:
+    """Exponentials per second of the special-function units at that clock."""
+    return MUFU_EX2_PER_CLOCK_PER_SM * gpu.sms * clock_hz(gpu)
+
+
+def matmul_flops_per_exp(gpu: GPU) -> float:
+    """Tensor-core FLOPs the GPU could do in the time of one exponential: clock-independent,
+    the ratio of the two units' per-clock rates."""
+    return TENSOR_FLOPS_PER_CLOCK_PER_SM[_arch(gpu)] / MUFU_EX2_PER_CLOCK_PER_SM
+
+
+#: FlashAttention-3's FP8 numerical-error table (arXiv 2407.08608, RMSE against an fp64
+#: reference): the baseline, FA3, and FA3 with each of its two techniques taken out.
+PAPER_FP8_ABLATION = {"fp8 baseline": 2.4e-2, "fp8 FA3": 9.1e-3,
+                      "fp8 FA3 without block quantisation": 9.3e-3,
+                      "fp8 FA3 without incoherent processing": 2.4e-2}
+
+__all__ += ["MUFU_EX2_PER_CLOCK_PER_SM", "PAPER_FP8_ABLATION", "TENSOR_FLOPS_PER_CLOCK_PER_SM",
+            "clock_hz", "matmul_flops_per_exp", "mufu_exp_rate"]

@@ -4,19 +4,31 @@ Each file in ``flashtext/data/`` is JSON with at least ``gpu``, ``date``, ``torc
 (and whatever the measurement needs). :func:`load` reads one; :func:`show_banner` prints the
 "recorded on ..." banner that must stand above every recorded figure; :func:`save` is used by the
 measurement scripts (``scripts/``) that produce them on the GPU.
+
+A recording of the library's own kernels also stores what it was made from: ``save(...,
+measured=("flashtext.kernels.api",))`` adds ``kernel_sources``, a sha256 of every file of
+``flashtext/kernels/`` that the measured entry points import (:func:`kernel_fingerprint`).
+:func:`staleness` compares it with the sources as they are now, so a test can refuse a chapter
+that cites measurements of code that has since changed (``tests/test_recording_provenance.py``).
 """
 
 from __future__ import annotations
 
+import ast
 import datetime as _dt
+import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from flashtext.show import banner
 
 DATA_DIR = Path(__file__).parent / "data"
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the directory holding flashtext/
 REQUIRED_KEYS = ("gpu", "date", "torch", "triton")
+SOURCES_KEY = "kernel_sources"
+KERNELS_PACKAGE = "flashtext.kernels"
 
 
 def path(name: str) -> Path:
@@ -54,11 +66,127 @@ def show_banner(data: dict[str, Any], live: bool = False) -> None:
     banner(provenance(data) + "\n" + note)
 
 
-def save(name: str, payload: dict[str, Any]) -> Path:
-    """Write results measured on this machine, stamped with GPU, versions and date."""
+# ------------------------------------------------------------------ what a recording was made from
+
+def _module_file(module: str, root: Path) -> Path:
+    if module != KERNELS_PACKAGE and not module.startswith(KERNELS_PACKAGE + "."):
+        raise ValueError(f"measured entry points must be modules of {KERNELS_PACKAGE}, got "
+                         f"{module!r}")
+    file = root.joinpath(*module.split(".")).with_suffix(".py")
+    if module == KERNELS_PACKAGE:
+        file = root.joinpath(*module.split("."), "__init__.py")
+    if not file.exists():
+        raise ValueError(f"no source file for module {module!r} (looked for {file})")
+    return file
+
+
+def _kernel_imports(file: Path, module: str) -> set[str]:
+    """Modules of flashtext.kernels that ``file`` (the source of ``module``) imports, at any
+    depth of its code (an import inside a function runs when the function does)."""
+    found = set()
+    package = module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(file.read_text(), filename=str(file))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from . import x / from .x import y
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            # "from flashtext.kernels import forward" names a module; "from ...forward import f"
+            # names its module already
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        for name in names:
+            if name.startswith(KERNELS_PACKAGE + ".") and name.count(".") == 2:
+                found.add(name)
+    return found
+
+
+def measured_files(entry_points: Iterable[str], root: Path = PACKAGE_ROOT) -> list[Path]:
+    """Source files of ``flashtext/kernels/`` that the entry-point modules import, directly or
+    through each other (the modules a measurement of those entry points runs)."""
+    todo, seen = list(entry_points), set()
+    if not todo:
+        raise ValueError("measured needs at least one entry-point module")
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        file = _module_file(module, root)
+        seen.add(module)
+        todo += [m for m in _kernel_imports(file, module) if m not in seen
+                 and root.joinpath(*m.split(".")).with_suffix(".py").exists()]
+    return sorted(_module_file(m, root) for m in seen)
+
+
+def kernel_fingerprint(entry_points: Iterable[str] = ("flashtext.kernels.api",),
+                       root: Path = PACKAGE_ROOT) -> dict[str, Any]:
+    """What a measurement of ``entry_points`` is made from: the sha256 of each source file it
+    runs (:func:`measured_files`) and one sha256 over all of them (paths included, so a rename
+    counts as a change)."""
+    entry_points = tuple(entry_points)
+    files = {str(f.relative_to(root).as_posix()): hashlib.sha256(f.read_bytes()).hexdigest()
+             for f in measured_files(entry_points, root)}
+    total = hashlib.sha256("".join(f"{name}\0{digest}\n" for name, digest in
+                                   sorted(files.items())).encode()).hexdigest()
+    return {"sha256": total, "entry_points": list(entry_points), "files": files}
+
+
+def staleness(data: dict[str, Any], root: Path = PACKAGE_ROOT) -> str | None:
+    """None if ``data`` (a loaded recording of the library's kernels) was made from the kernel
+    sources as they are now; otherwise why not, in words."""
+    made_from = data.get(SOURCES_KEY)
+    if made_from is None:
+        return "no kernel_sources: recorded before recordings stored what they measured"
+    if made_from.get("sha256") == "mixed":
+        return ("merged from runs of different kernel sources: "
+                + "; ".join(str((p or {}).get("sha256", "unknown"))[:12]
+                            for p in made_from.get("parts", [])))
+    try:
+        now = kernel_fingerprint(made_from["entry_points"], root)
+    except ValueError as exc:
+        return f"its entry points no longer resolve: {exc}"
+    if now["sha256"] == made_from["sha256"]:
+        return None
+    before, after = made_from.get("files", {}), now["files"]
+    changed = sorted(f for f in set(before) | set(after) if before.get(f) != after.get(f))
+    return "kernel sources changed since: " + ", ".join(changed)
+
+
+def sources_note(data: dict[str, Any]) -> str:
+    """One line for a chapter to print under a recording of the library's kernels: whether it
+    was made from the kernel sources as they are now (tests/test_recording_provenance.py
+    fails while a cited one is not)."""
+    why = staleness(data)
+    if why is None:
+        return "Made from the kernel sources as they are now."
+    return f"STALE, not a measurement of the kernels as they are now: {why}."
+
+
+def _stamp_sources(payload: dict[str, Any], measured: tuple[str, ...]) -> dict[str, Any]:
+    current = kernel_fingerprint(measured)
+    if SOURCES_KEY not in payload:  # a fresh recording
+        return current
+    prior = payload[SOURCES_KEY]  # merged into an earlier recording: same sources, or mixed
+    if prior is not None and prior.get("sha256") == current["sha256"]:
+        return current
+    parts = prior.get("parts", [prior]) if prior and prior.get("sha256") == "mixed" else [prior]
+    return {"sha256": "mixed", "entry_points": list(measured), "parts": [*parts, current]}
+
+
+def save(name: str, payload: dict[str, Any], *, measured: Iterable[str] = ()) -> Path:
+    """Write results measured on this machine, stamped with GPU, versions and date.
+
+    ``measured``: the modules of :mod:`flashtext.kernels` whose kernels the results measure
+    (e.g. ``("flashtext.kernels.api",)``); their :func:`kernel_fingerprint` is stored under
+    ``kernel_sources``. A payload that already holds ``kernel_sources`` (a run merged into an
+    earlier recording) keeps it if the sources are the same and is marked ``"mixed"`` if not.
+    """
     import torch
     import triton
 
+    measured = tuple(measured)
     record = {
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "date": _dt.date.today().isoformat(),
@@ -66,6 +194,8 @@ def save(name: str, payload: dict[str, Any]) -> Path:
         "triton": triton.__version__,
         **payload,
     }
+    if measured:
+        record[SOURCES_KEY] = _stamp_sources(payload, measured)
     p = path(name)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(record, indent=1) + "\n")

@@ -26,6 +26,7 @@ from flashtext.kernels.accuracy import (  # noqa: E402
     CANCELLATION,
     EXP2_APPROX_ULPS,
     FACTOR,
+    MEASURED,
     QUANTITIES,
     RECOMPUTE,
     SCORE_ROUNDING,
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         "cases": rows,
     }
     if not args.dry_run:
-        path = recorded.save(f"accuracy_{machine_name()}", payload)
+        path = recorded.save(f"accuracy_{machine_name()}", payload, measured=MEASURED)
         print(f"\nwrote {path}")
     return 1 if failures else 0
 

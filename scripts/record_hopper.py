@@ -3,19 +3,29 @@
     python scripts/record_hopper.py            # on an H200: flashtext/data/h200_hopper.json
     python scripts/record_hopper.py --quick    # smoke test: fewer timings, not saved
     python scripts/record_hopper.py --sm90-preview   # no GPU needed: compile for sm_90, print
+    python scripts/record_hopper.py --sm90-preview --d 36 --n 1024   # another case (--full)
+
+Our kernels are compiled exactly as ``flash_attention`` dispatches them: the script runs the
+public API (forward and backward) and captures every launch at the launcher
+(:func:`dispatched_launches`), so the tiles, warps and stages come from
+``flashtext.kernels.config.launch_config`` and the load path (tensor descriptors or pointers)
+from ``flashtext.kernels.descriptors.tile_sources``, whatever those are when it runs.
 
 ``--sm90-preview`` runs anywhere Triton's bundled ptxas does (a CPU machine included): it
-compiles the library forward and the probes for an sm_90 target without launching them and
-prints the same counts as JSON. Chapter 13 runs it live next to the recorded H200 results.
+compiles those same launches, and the probes, for an sm_90 target without running them, and
+prints the same counts (PTX, and SASS from the bundled cuobjdump) as JSON. Chapter 13 runs it
+live next to the recorded H200 results.
 
 Chapters 13 and 14 show the result on machines without a GPU. What it records:
 
-* ``library_kernels``: every Triton kernel compiled while ``flashtext.kernels`` runs its forward
-  (fp16 and bf16, d = 64 and 128, causal and not), read back from a fresh Triton cache: per
-  kernel, counts of Hopper instructions in the PTX (``wgmma.mma_async`` = warpgroup MMA,
-  ``cp.async.bulk.tensor`` = TMA, ``setmaxnreg``, ``mbarrier``) and in the SASS from cuobjdump
-  (``HGMMA``, ``UTMALDG``, ``USETMAXREG``, ``HMMA`` = the pre-Hopper mma.sync, ``LDGSTS`` =
-  Ampere's cp.async, ``MUFU.EX2``), the wgmma shapes, num_warps, num_stages and shared memory.
+* ``library``: per case (fp16 and bf16, d = 64 and 128, causal and not, N = 2048), the error of
+  ``flash_attention`` against SDPA in fp32, and every kernel its forward and backward launched:
+  the launch configuration and load path that ran, and counts of Hopper instructions in the PTX
+  (``wgmma.mma_async`` = warpgroup MMA, ``cp.async.bulk.tensor`` = TMA, ``setmaxnreg``,
+  ``mbarrier``) and in the SASS from cuobjdump (``HGMMA``, ``UTMALDG``, ``USETMAXREG``, ``HMMA`` =
+  the pre-Hopper mma.sync, ``LDGSTS`` = Ampere's cp.async, ``LDG`` = an ordinary global load,
+  ``MUFU.EX2``), the wgmma shapes and
+  shared memory.
 * ``probes``: one small attention loop written three ways (pointer loads; tensor descriptors;
   tensor descriptors + ``tl.range(warp_specialize=True)``), checked against SDPA, timed, and
   counted the same way: what Triton emits for each way of writing the loads.
@@ -23,13 +33,16 @@ Chapters 13 and 14 show the result on machines without a GPU. What it records:
   Nq = 1, N = 65536, d = 128, fp16: time for num_splits in 1, 2, 4, ..., 128 and the automatic
   choice, achieved K/V read bandwidth, max error vs SDPA; SDPA and the library forward (no split)
   at the same shape for comparison.
+* ``kernel_sources`` (added by ``flashtext.recorded.save``): the sha256 of the kernel sources
+  measured, so that a later change to them marks this file as stale.
 
-About a minute on an H200. Without CUDA it stops with a message: nothing is invented.
+Under a minute on an H200. Without CUDA it stops with a message: nothing is invented.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -39,13 +52,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
 
-if __name__ == "__main__":  # a fresh cache, so every kernel is compiled (and kept) here
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="flashtext_hopper_cache_")
-    if "--sm90-preview" in sys.argv and os.environ.get("TRITON_INTERPRET") != "0":
-        # compile for a GPU we do not have: restart with the interpreter off from the start
-        os.execve(sys.executable, [sys.executable, *sys.argv],
-                  {**os.environ, "TRITON_INTERPRET": "0"})
+if __name__ == "__main__":
+    if "--sm90-preview" in sys.argv:
+        if os.environ.get("TRITON_INTERPRET") != "0":
+            # compile for a GPU we do not have: restart with the interpreter off from the start
+            os.execve(sys.executable, [sys.executable, *sys.argv],
+                      {**os.environ, "TRITON_INTERPRET": "0"})
+        # the preview reads each compiled kernel directly, so Triton's own cache may answer a
+        # second run (its key includes the kernel source)
+    else:  # a fresh cache, so every kernel launched is compiled (and kept) here
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="flashtext_hopper_cache_")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -70,7 +89,7 @@ PTX_PATTERNS = {
     "st_shared": r"\bst\.shared\b",
 }
 # SASS opcodes, counted as whole words at the start of an instruction
-SASS_OPCODES = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "HMMA", "LDGSTS", "MUFU.EX2",
+SASS_OPCODES = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "HMMA", "LDGSTS", "LDG", "MUFU.EX2",
                 "SYNCS")
 
 
@@ -218,33 +237,157 @@ def _bench(fn, quick: bool) -> float:
                     return_mode="median") * 1e-3
 
 
-def library_forward(cache_dir: Path, seen: set[str]) -> dict:
+# the entry points whose kernels this script measures (stored with the recording)
+MEASURED = ("flashtext.kernels.api", "flashtext.kernels.splitkv")
+SM90_MAX_SHARED = 232448  # bytes of shared memory one block may use on sm_90 (227 KiB)
+LIBRARY_CASES = [(dtype, d, causal) for dtype in ("float16", "bfloat16") for d in (64, 128)
+                 for causal in (False, True)]
+PREVIEW_CASE = ("float16", 128, True, 4096)  # the case chapter 13 describes
+
+
+class Captured:
+    """One launch ``flash_attention`` made: the kernel, the configuration it asked for (the one
+    that ran, once launched), its arguments (``PerConfig`` ones unresolved) and compile-time
+    constants. (A plain class: chapters load this file without registering it as a module,
+    which a dataclass needs.)"""
+
+    def __init__(self, kernel_fn, grid_fn, config, args: list, constexprs: dict):
+        self.kernel_fn, self.grid_fn, self.config = kernel_fn, grid_fn, config
+        self.args, self.constexprs = args, constexprs
+
+    def resolved(self, config) -> list:
+        from flashtext.kernels.launcher import PerConfig
+
+        return [a(config) if isinstance(a, PerConfig) else a for a in self.args]
+
+
+@contextlib.contextmanager
+def captured_launches(run: bool):
+    """Record every ``flashtext.kernels.launcher.launch`` made inside the block; with
+    ``run=False`` nothing is launched (to compile for a GPU this machine does not have)."""
+    import flashtext.kernels  # noqa: F401  (loads every kernel module)
+    from flashtext.kernels import launcher
+
+    seen: list[Captured] = []
+    real = launcher.launch
+
+    def capture(kernel_fn, grid_fn, config, *args, **constexprs):
+        seen.append(Captured(kernel_fn, grid_fn, config, list(args), dict(constexprs)))
+        if run:
+            seen[-1].config = real(kernel_fn, grid_fn, config, *args, **constexprs)
+        return seen[-1].config
+
+    users = [m for name, m in sys.modules.items() if name.startswith("flashtext.kernels")
+             and getattr(m, "launch", None) is real]
+    with contextlib.ExitStack() as stack:
+        for module in users:
+            stack.enter_context(mock.patch.object(module, "launch", capture))
+        yield seen
+
+
+def dispatched_launches(dtype: str, d: int, causal: bool, n: int, device: str, run: bool,
+                        seed: int = 0):
+    """Run ``flash_attention`` forward and backward on (2, 4, n, d) inputs and return its
+    launches (and the output, when ``run``). Without ``run`` the inputs may live on the CPU:
+    the API's device check is then told the kernels are interpreted (only it: the launch table
+    and the load path are the GPU's)."""
     import torch
 
-    import flashtext.kernels as kernels
+    from flashtext.kernels import api
 
-    fn = getattr(kernels, "flash_attention", None) or getattr(kernels, "attention_forward", None)
-    if fn is None:
-        return {"error": "flashtext.kernels has neither flash_attention nor attention_forward"}
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(2, 4, n, d, generator=gen).to(device, getattr(torch, dtype))
+               .requires_grad_() for _ in range(3))
+    with contextlib.ExitStack() as stack:
+        if not run:
+            stack.enter_context(mock.patch.object(api, "_boot", SimpleNamespace(
+                INTERPRETING=True)))
+        seen = stack.enter_context(captured_launches(run))
+        out = api.flash_attention(q, k, v, causal=causal)
+        out.backward(torch.ones_like(out))
+    return seen, (q, k, v, out)
+
+
+def compile_for_sm90(fn, args: list, kwargs: dict):
+    """Compile ``fn(*args, **kwargs)`` for sm_90 without a GPU, the way Triton's JIT would: the
+    same binder specialises the arguments (dtypes, 16-byte alignment, descriptor shapes)."""
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    kwargs = {**kwargs, "debug": knobs.runtime.debug,
+              "instrumentation_mode": knobs.compilation.instrumentation_mode}
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound,
+                                                          specialization, options)
+    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
+                          options=options.__dict__)
+
+
+def compile_sm90(c: Captured, config):
+    """One captured launch, compiled for sm_90 (see :func:`compile_for_sm90`)."""
+    return compile_for_sm90(c.kernel_fn, c.resolved(config), {
+        **c.constexprs, "BLOCK_M": config.BLOCK_M, "BLOCK_N": config.BLOCK_N,
+        "num_warps": config.num_warps, "num_stages": config.num_stages})
+
+
+def compiled_on_gpu(c: Captured, config):
+    """The kernel the launch compiled on this GPU (Triton's cache answers the warmup)."""
+    return c.kernel_fn.warmup(*c.resolved(config), grid=tuple(c.grid_fn(config)),
+                              **c.constexprs, BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N,
+                              num_warps=config.num_warps, num_stages=config.num_stages)
+
+
+def describe_launch(c: Captured, compile_fn, with_sass: bool) -> dict:
+    """What one launch ran: kernel, configuration, which arguments were tensor descriptors, and
+    the instruction counts of its compiled code. Without a GPU a configuration that needs more
+    shared memory than sm_90 has steps down as ``launcher.launch`` does on the H200."""
+    from dataclasses import asdict
+
+    from flashtext.kernels.descriptors import TensorDescriptor
+
+    config = c.config
+    kernel = compile_fn(c, config)
+    while compile_fn is compile_sm90 and kernel.metadata.shared > SM90_MAX_SHARED:
+        smaller = config.smaller()
+        if smaller is None:
+            break
+        config = smaller
+        kernel = compile_fn(c, config)
+    names = c.kernel_fn.arg_names  # (a JITFunction, or the interpreter's stand-in)
+    descs = [names[i] for i, a in enumerate(c.resolved(config))
+             if TensorDescriptor is not None and isinstance(a, TensorDescriptor)]
+    meta = kernel.metadata
+    meta = meta._asdict() if hasattr(meta, "_asdict") else dict(vars(meta))
+    row = describe(c.kernel_fn.__name__, kernel.asm["ptx"],
+                   kernel.asm.get("cubin") if with_sass else None, meta)
+    return {**row, "config": asdict(config), "use_tma": c.constexprs.get("USE_TMA"),
+            "descriptor_args": descs}
+
+
+def library(quick: bool) -> dict:
+    """Every case of :data:`LIBRARY_CASES`: flash_attention forward + backward on the GPU, its
+    error against SDPA, and what each of its launches compiled to."""
+    import torch
+
     runs, errors = [], []
-    for dtype in (torch.float16, torch.bfloat16):
-        for d in (64, 128):
-            for causal in (False, True):
-                q, k, v = (torch.randn(2, 8, 2048, d, device="cuda", dtype=dtype)
-                           for _ in range(3))
-                try:
-                    out = fn(q, k, v, causal=causal)
-                    out = out[0] if isinstance(out, tuple) else out
-                    ref = torch.nn.functional.scaled_dot_product_attention(
-                        q.float(), k.float(), v.float(), is_causal=causal)
-                    runs.append({"dtype": str(dtype).removeprefix("torch."), "d": d,
-                                 "causal": causal,
-                                 "max_err_vs_sdpa_fp32": float((out.float() - ref).abs().max())})
-                except Exception as exc:  # record, do not hide
-                    errors.append(f"{dtype} d={d} causal={causal}: {type(exc).__name__}: {exc}")
+    cases = LIBRARY_CASES[-2:] if quick else LIBRARY_CASES
+    for dtype, d, causal in cases:
+        try:
+            seen, (q, k, v, out) = dispatched_launches(dtype, d, causal, 2048, "cuda", run=True)
+            ref = torch.nn.functional.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), is_causal=causal)
+            runs.append({"dtype": dtype, "d": d, "causal": causal, "n": 2048,
+                         "max_err_vs_sdpa_fp32": float((out.float() - ref).abs().max()),
+                         "kernels": [describe_launch(c, compiled_on_gpu, True) for c in seen]})
+        except Exception as exc:  # record, do not hide
+            errors.append(f"{dtype} d={d} causal={causal}: {type(exc).__name__}: {exc}")
     torch.cuda.synchronize()
-    return {"api": fn.__name__, "runs": runs, "errors": errors,
-            "kernels": cached_kernels(cache_dir, seen)}
+    return {"api": "flash_attention", "runs": runs, "errors": errors}
 
 
 def probes(quick: bool) -> list[dict]:
@@ -322,42 +465,27 @@ def splitkv(quick: bool, cache_dir: Path, seen: set[str]) -> dict:
     return result
 
 
-def sm90_preview() -> dict:
-    """Compile (never launch) the library forward and the three probes for sm_90, fp16; count
-    PTX instructions (SASS is left to the GPU run, to keep this quick)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+def sm90_preview(case: tuple = PREVIEW_CASE) -> dict:
+    """Compile (never launch) what ``flash_attention`` launches for :data:`PREVIEW_CASE`
+    (forward and backward), and the three probes, for sm_90; count PTX and SASS instructions."""
+    dtype, d, causal, n = case
+    seen, _ = dispatched_launches(dtype, d, causal, n, "cpu", run=False)
+    out = {"triton": triton.__version__, "target": "sm_90", "probes": [],
+           "library": {"dtype": dtype, "d": d, "causal": causal, "n": n,
+                       "kernels": [describe_launch(c, compile_sm90, True) for c in seen]}}
+    import torch
 
-    from flashtext.kernels import forward as fwd
-    from flashtext.kernels.config import block_d, launch_config
-
-    target = GPUTarget("cuda", 90, 32)
-    out = {"triton": triton.__version__, "target": "sm_90", "library_forward": [], "probes": []}
-    for d in (128,):
-        cfg = launch_config("fwd", d, 2, True, 4096, 4096)
-        sig = {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "O": "*fp16", "LSE": "*fp32",
-               "sm_scale": "fp32"}
-        sig.update({name: "i32" for name in fwd._attn_fwd.arg_names[6:25]})
-        const = {"HEAD_DIM": d, "BLOCK_D": block_d(d), "BLOCK_M": cfg.BLOCK_M,
-                 "BLOCK_N": cfg.BLOCK_N, "CAUSAL": True, "INPUT_PRECISION": "tf32",
-                 "NEGATE_Q": False, "USE_TMA": False}
-        sig.update({name: "constexpr" for name in const})
-        k = triton.compile(ASTSource(fwd._attn_fwd, sig, const), target=target,
-                           options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
-        row = describe("_attn_fwd", k.asm["ptx"], None, k.metadata._asdict())  # PTX only: fast
-        out["library_forward"].append({"d": d, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
-                                       **row})
+    batch_heads, n_probe, d_probe = 4, 4096, 128  # the GPU run's shape, as (B*H, N, d)
+    q, k, v, o = (torch.empty(batch_heads, n_probe, d_probe, dtype=torch.float16)
+                  for _ in range(4))
     for label, desc, ws in PROBE_VARIANTS:
-        sig = {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "Out": "*fp16", "N": "i32",
-               "qk_scale_log2": "fp32"}
-        const = {"HEAD_DIM": 128, "BLOCK_M": 128, "BLOCK_N": 64, "USE_DESC": desc,
-                 "WARP_SPEC": ws}
-        sig.update({name: "constexpr" for name in const})
         row = {"variant": label, "use_desc": desc, "warp_specialize": ws}
         try:
-            k = triton.compile(ASTSource(probe_attention, sig, const), target=target,
-                               options={"num_warps": 8, "num_stages": 3})
-            row.update(describe("probe_attention", k.asm["ptx"], None, k.metadata._asdict()))
+            kernel = compile_for_sm90(probe_attention, [q, k, v, o, n_probe, 0.1], {
+                "HEAD_DIM": d_probe, "BLOCK_M": 128, "BLOCK_N": 64, "USE_DESC": desc,
+                "WARP_SPEC": ws, "num_warps": 8, "num_stages": 3})
+            row.update(describe("probe_attention", kernel.asm["ptx"], kernel.asm.get("cubin"),
+                                kernel.metadata._asdict()))
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         out["probes"].append(row)
@@ -370,9 +498,14 @@ def main() -> None:
     parser.add_argument("--name", default="h200_hopper", help="output name in flashtext/data")
     parser.add_argument("--sm90-preview", action="store_true",
                         help="no GPU: compile for sm_90 and print the counts as JSON")
+    parser.add_argument("--d", type=int, default=PREVIEW_CASE[1],
+                        help=f"--sm90-preview: head dim of the case (default {PREVIEW_CASE[1]})")
+    parser.add_argument("--n", type=int, default=PREVIEW_CASE[3],
+                        help=f"--sm90-preview: sequence length (default {PREVIEW_CASE[3]})")
+    parser.add_argument("--full", action="store_true", help="--sm90-preview: no causal mask")
     args = parser.parse_args()
     if args.sm90_preview:
-        print(json.dumps(sm90_preview()))
+        print(json.dumps(sm90_preview((PREVIEW_CASE[0], args.d, not args.full, args.n))))
         return
 
     import torch
@@ -392,11 +525,15 @@ def main() -> None:
                                 "capability": list(torch.cuda.get_device_capability(0))},
                      "cuobjdump": cuobjdump() is not None}
     try:
-        payload["library_forward"] = library_forward(cache_dir, seen)
-    except Exception as exc:  # the forward kernel may not exist yet: say so in the record
-        payload["library_forward"] = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
-    for kern in payload["library_forward"].get("kernels", []):
-        print("library kernel:", kern["name"], kern["ptx"], kern["wgmma_shapes"], flush=True)
+        payload["library"] = library(args.quick)
+    except Exception as exc:  # say so in the record
+        payload["library"] = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+    for run in payload["library"].get("runs", []):
+        for kern in run["kernels"]:
+            print(f"library {run['dtype']} d={run['d']} causal={run['causal']}:", kern["name"],
+                  kern["config"], "descriptors", kern["descriptor_args"], kern["sass"],
+                  flush=True)
+    cached_kernels(cache_dir, seen)  # the library's cache entries are described above
     payload["probes"] = probes(args.quick)
     cached_kernels(cache_dir, seen)  # the probes' cache entries are already described above
     payload["splitkv"] = splitkv(args.quick, cache_dir, seen)
@@ -404,7 +541,8 @@ def main() -> None:
     if args.quick:
         print(json.dumps(payload, indent=1)[:4000])
         return
-    print("saved", recorded.save(args.name, payload), f"in {payload['seconds']:.0f} s")
+    print("saved", recorded.save(args.name, payload, measured=MEASURED),
+          f"in {payload['seconds']:.0f} s")
 
 
 if __name__ == "__main__":

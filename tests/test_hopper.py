@@ -1,6 +1,7 @@
 """The FA3 cost model: exp vs matmul arithmetic, and the schedule simulator against the closed
 forms of each schedule's steady state."""
 
+import dataclasses
 import math
 from itertools import pairwise
 
@@ -118,3 +119,13 @@ def test_paper_numbers_recorded():
     assert hopper.PAPER["pingpong_after"] == (620, 640)
     assert hopper.PAPER["ablation"]["FlashAttention-3"] == 661
     assert math.isclose(hopper.PAPER["fa2_h100_utilisation"], 0.35)
+
+
+def test_exponentials_per_clock_give_the_papers_rates():
+    # 16 MUFU results per clock per SM at the clock the tensor-core peak is quoted at
+    assert hopper.clock_hz(A100) == pytest.approx(1.41e9, rel=1e-3)
+    assert hopper.mufu_exp_rate(H100) == pytest.approx(H100.exp_flops, rel=0.02)  # FA3's 3.9 T
+    assert hopper.matmul_flops_per_exp(A100) == 128 and hopper.matmul_flops_per_exp(H100) == 256
+    assert hopper.mufu_exp_rate(H100) / hopper.mufu_exp_rate(A100) == pytest.approx(1.585, abs=1e-3)
+    with pytest.raises(ValueError, match="no tensor-core rate"):
+        hopper.clock_hz(dataclasses.replace(H100, name="V100"))

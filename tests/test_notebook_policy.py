@@ -88,3 +88,36 @@ def test_a_listing_of_changed_code_is_stale():
     listing["text/plain"] = "# flashtext/show.py\n" + (ROOT / "flashtext/show.py").read_text()
     nb.cells[-1].outputs = [nbformat.v4.new_output("display_data", data=listing)]
     assert stale_listings(nb) == []
+
+
+# The product speaks of itself alone: no issue of this project ("issue 7"; an upstream citation
+# names its repository, "flash-attention issue #175"), no branch, no folder outside the repo.
+OUTSIDE_REFERENCES = re.compile(r"\bissue\s+\d+|\bnext/[\w.-]+|(?<![\w/.])shared/|\.\./shared",
+                                re.IGNORECASE)
+
+
+def outside_references(nb: nbformat.NotebookNode) -> list[str]:
+    """Mentions of this project's issues, branches or folders outside the repository, in cell
+    sources and stored outputs."""
+    found = []
+    for cell in nb.cells:
+        texts = [cell.source] + [o.get("text", "") or o.get("data", {}).get("text/plain", "")
+                                 for o in cell.get("outputs", [])]
+        for text in texts:
+            found += [f"cell {cell.get('id')}: {m.group(0)!r}" for m in
+                      OUTSIDE_REFERENCES.finditer(text if isinstance(text, str) else "".join(text))]
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapters_name_no_issue_branch_or_outside_folder(path):
+    assert outside_references(nbformat.read(path, as_version=4)) == []
+
+
+def test_outside_references_are_found():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("Issue 7 set the targets; see flash-attention issue #175."),
+        nbformat.v4.new_code_cell("x = 1", outputs=[nbformat.v4.new_output(
+            "stream", text="on branch next/fast-key, data in ../shared/anchors and shared/x\n")])])
+    assert [f.split(": ", 1)[1] for f in outside_references(nb)] == [
+        "'Issue 7'", "'next/fast-key'", "'../shared'", "'shared/'"]

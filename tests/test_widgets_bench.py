@@ -56,3 +56,16 @@ def test_widget_controls_redraw(anchors):
     assert d_control.description == "d"
     d_control.value = 64
     assert ex.d == 64
+
+
+def test_the_roof_is_the_ceiling_measured_in_the_run_for_the_dtype():
+    meta = {"kind": "flashtext.bench", "gpu": "NVIDIA H200",
+            "ceilings": {"matmul_flops": {"float16": 664e12, "bfloat16": 700e12},
+                         "copy_bandwidth": 4.25e12}}
+    rows = [{"provider": "ours", "mode": "fwd", "dtype": dt, "d": 128, "causal": False,
+             "n": 1024, "status": "ok", "tflops": 400.0} for dt in ("float16", "bfloat16")]
+    ex = BenchExplorer(report.Results(meta, rows))
+    assert ex.roof() == (664.0, 664.0)
+    assert ex.set(dtype="bfloat16").roof() == (700.0, 700.0)
+    del meta["ceilings"]  # a recorded H200 run without ceilings: chapter 1's measured range
+    assert ex.roof() == (690.0, 790.0)

@@ -164,6 +164,8 @@ def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     new_rows = [old_rows.get(key(r), r) if budget_skip(r) else r for r in new["rows"]]
     fresh = {key(r) for r in new_rows}
     merged = dict(new)
+    # what the old rows were measured from: recorded.save keeps it, or marks the file "mixed"
+    merged[recorded.SOURCES_KEY] = old.get(recorded.SOURCES_KEY)
     merged["rows"] = [r for r in old["rows"] if key(r) not in fresh] + new_rows
     # one record per run; a run's own earlier checkpoints are replaced, not repeated
     runs = [r for r in old.get("runs", [_run_record(old)])
@@ -183,8 +185,10 @@ def save(name: str, payload: dict[str, Any], do_merge: bool) -> Path:
         import json
 
         payload = merge(json.loads(recorded.path(name).read_text()), report.stamp(payload))
+    ours = "ours" in (payload.get("settings") or {}).get("providers", ())
     return recorded.save(name, {k: v for k, v in payload.items()
-                                if k not in ("gpu", "date", "torch", "triton")})
+                                if k not in ("gpu", "date", "torch", "triton")},
+                         measured=("flashtext.kernels.api",) if ours else ())
 
 
 def resume_args(skipped: list[dict[str, Any]], settings: core.Settings, name: str | None

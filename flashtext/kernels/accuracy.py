@@ -31,6 +31,10 @@ import torch
 from flashtext import reference
 from flashtext.kernels.api import attention_backward, attention_forward
 
+# what a recording of this sweep measures (scripts/record_accuracy.py stores their fingerprint,
+# flashtext.recorded.kernel_fingerprint): the public API's kernels, and this module's criterion
+MEASURED = ("flashtext.kernels.api", "flashtext.kernels.accuracy")
+
 FACTOR = 2.0  # ours may be at most twice as far from float64 as PyTorch in the same dtype
 ULPS = 2.0  # ... plus two unit roundoffs of the largest reference value (its own rounding)
 # Scores are computed in fp32 (also by PyTorch in fp32): a score of size |S| is off by ~u32 |S|,

@@ -45,13 +45,18 @@ class BenchExplorer:
             out.setdefault(r["provider"], []).append((r["n"], r["tflops"]))
         return {p: sorted(pts) for p, pts in out.items()}
 
+    def roof(self) -> tuple[float, float] | None:
+        """The compute roof the figure draws, (low, high) TFLOP/s: the matmul ceiling measured
+        in the run for the current dtype (:func:`flashtext.bench.report.roof_band`)."""
+        return report.roof_band(self.results, self.dtype)
+
     def figure(self):
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(7.5, 4.2))
         report.plot_tflops(self.results, dtype=self.dtype, d=self.d, causal=self.causal,
                            mode=self.mode, ax=ax, anchors=self.anchors,
-                           roof=report.roof_band(self.results, self.dtype))
+                           roof=self.roof())
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
         fig.tight_layout()
         return fig

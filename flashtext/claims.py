@@ -1,0 +1,74 @@
+"""What the book says about each recording it cites, in one place.
+
+Every file of ``flashtext/data/`` that a chapter loads has an entry here: which chapters cite it,
+whether it measures the library's own kernels, how to record it again, and ``says``, the facts
+about it that the chapters' text states and their cells assert (a date, a case count, the run it
+was made in). A new recording is then one edit here, not one per chapter.
+
+``tests/test_recording_provenance.py`` holds the chapters to this table: a chapter may load only
+the recordings listed for it, and a recording of the library's kernels must have been made from
+the kernel sources as they are now (:func:`flashtext.recorded.staleness`). Recordings kept for
+history (``BENCHMARKS.md``) are not loaded by chapters at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from flashtext.bench.report import ANCHORS_NAME, RECORDED_NAME
+
+
+@dataclass(frozen=True)
+class Cited:
+    """One recording a chapter cites."""
+
+    name: str  # the file's stem in flashtext/data
+    chapters: tuple[str, ...]  # chapter numbers ("12", ...) whose cells load it
+    kernels: bool  # it measures the library's kernels: must be of their current sources
+    record: str  # the command that (re-)records it, and where
+    says: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+
+
+def _cited(name: str, chapters: str, kernels: bool, record: str,
+           **says: Any) -> tuple[str, Cited]:
+    return name, Cited(name, tuple(chapters.split()), kernels, record, MappingProxyType(says))
+
+
+H200 = "on the H200"
+CITED: dict[str, Cited] = dict([
+    # peers, hardware and PyTorch's own kernels: nothing of flashtext.kernels is measured
+    _cited(ANCHORS_NAME, "00 07 08 12", False, "measured once with the peers (fixed anchors)",
+           date="2026-11-29",
+           # chapter 12's hook: fp16 forward, d = 128, N = 16k, TFLOP/s by provider
+           fwd_d128_n16k={"cudnn": 575.5, "tutorial": 520.3, "flex": 461.5, "flash": 341.0}),
+    _cited("h200_memory_wall", "01", False, f"python scripts/record_memory_wall.py {H200}"),
+    _cited("hbm_traffic", "01 06", False, f"python scripts/record_hbm_traffic.py {H200}"),
+    _cited("fa2_schedule", "06 07 08", False, f"python scripts/record_fa2_schedule.py {H200}"),
+    # the library's kernels
+    _cited("triton_primer_h200", "01 09", True, f"python scripts/record_triton_primer.py {H200}"),
+    _cited("accuracy_cpu", "10 11", True,
+           "python scripts/record_accuracy.py on a CPU (the interpreter; about a minute)"),
+    _cited("accuracy_h200", "10 11", True, f"python scripts/record_accuracy.py {H200}"),
+    _cited("h200_hopper", "12 13 14", True, f"python scripts/record_hopper.py {H200}"),
+    _cited(RECORDED_NAME, "12", True,
+           f"make bench BENCH_ARGS='--providers ours cudnn flash flex --flex-compile static "
+           f"--out {RECORDED_NAME}' {H200} "
+           "(the full sweep, one run)"),
+])
+
+
+#: What the text says about the library's code, where it gives a number a cell checks.
+CODE = MappingProxyType({
+    # chapter 10: "a hundred-odd lines of Triton" (_attn_fwd and _fwd_inner together)
+    "forward_kernel_lines": (100, 199),
+})
+
+
+def says(name: str) -> MappingProxyType:
+    """What the book says about recording ``name`` (KeyError if no chapter cites it)."""
+    return CITED[name].says
+
+
+__all__ = ["CITED", "CODE", "Cited", "says"]
