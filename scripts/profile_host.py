@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_kernels: the inputs
+# appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-import tune_kernels  # noqa: E402
+from flashtext.bench.workload import DTYPES, attention_call, inputs  # noqa: E402
 
 VARIANTS = ("descriptors", "pointers")
 
@@ -101,7 +101,7 @@ def launch_cost(d: int = 128, n: int = 512, calls: int = 150) -> dict:
     from flashtext.kernels import descriptors
     from flashtext.kernels import forward as fwd
 
-    q, k, v, _ = tune_kernels._inputs("float16", d, n, True)
+    q, k, v, _ = inputs("float16", d, n)
     z, h = q.shape[:2]
     o, o2 = torch.empty_like(q), torch.empty_like(q)
     lse = torch.empty((z, h, n), dtype=torch.float32, device=q.device)
@@ -139,7 +139,7 @@ def host_pieces(d: int = 128, n: int = 512, causal: bool = True, calls: int = 15
     from flashtext.kernels import config as _config
     from flashtext.kernels import forward as fwd
 
-    q, k, v, do = tune_kernels._inputs("float16", d, n, causal)
+    q, k, v, do = inputs("float16", d, n)
     z, h, n_q, _ = q.shape
     scale = d ** -0.5
     cfg = _config.launch_config("fwd", d, 2, causal, n, n)
@@ -208,7 +208,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, nargs="+", default=[128])
     ap.add_argument("--n", type=int, nargs="+", default=[512, 4096])
-    ap.add_argument("--dtype", default="fp16")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp16")
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--cprofile", type=int, default=0, metavar="N")
@@ -221,7 +221,7 @@ def main() -> None:
     ap.add_argument("--name", default=None,
                     help="save the rows as flashtext/data/NAME.json (e.g. host_h200)")
     args = ap.parse_args()
-    dtype = tune_kernels.DTYPES[args.dtype]
+    dtype = DTYPES[args.dtype]
     rows = []
     for variant in args.variants:
         _set_loads(variant)
@@ -229,7 +229,7 @@ def main() -> None:
             for n in args.n:
                 for causal in (False, True):
                     for mode in ("fwd", "fwd_bwd"):
-                        call = tune_kernels.attention_call(dtype, d, n, causal, mode)
+                        call = attention_call(dtype, d, n, causal, mode)
                         r = measure(call, args.calls)
                         r.update(loads=variant, d=d, n=n, causal=causal, mode=mode)
                         rows.append(r)
@@ -239,7 +239,7 @@ def main() -> None:
     profile = None
     if args.cprofile:
         _set_loads("descriptors")
-        profile = host_profile(tune_kernels.attention_call(dtype, args.d[0], args.n[0], True),
+        profile = host_profile(attention_call(dtype, args.d[0], args.n[0], True),
                                args.cprofile)
         print(profile)
     pieces = None

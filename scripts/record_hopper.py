@@ -47,8 +47,8 @@ if __name__ == "__main__":  # a fresh cache, so every kernel is compiled (and ke
         os.execve(sys.executable, [sys.executable, *sys.argv],
                   {**os.environ, "TRITON_INTERPRET": "0"})
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 import flashtext  # noqa: E402,F401  (before triton: decides TRITON_INTERPRET)
 

@@ -3,14 +3,14 @@
     TRITON_INTERPRET=0 python scripts/spill_report.py [--d 64 128] [--out spills_sm90]
 
 Compiles (never runs) the forward, dK/dV and dQ kernels of whatever ``flashtext`` is first on the
-import path, for every launch configuration ``scripts/tune_kernels.py`` searches, fp16, both
-masks, with the installed Triton, and asks Triton's bundled ``ptxas -v`` how many registers each
-thread uses and how many bytes it spills to local memory. A spilled value lives in local memory
-(L1, then L2), so spills inside the main loop cost bandwidth and latency the tensor cores then
-wait on. This is a static count from the compiler, not a measurement on a GPU; it points at what
-the GPU should be asked next. Set TRITON_INTERPRET=0 (on a machine without a GPU flashtext
-otherwise turns the interpreter on, and an interpreted kernel cannot be compiled). Runtime
-about 5 minutes on 2 CPU cores.
+import path, for every launch configuration ``scripts/tune_kernels.py`` searches
+(:func:`flashtext.bench.tuning.candidates`), fp16, both masks, with the installed Triton, and
+asks Triton's bundled ``ptxas -v`` how many registers each thread uses and how many bytes it
+spills to local memory. A spilled value lives in local memory (L1, then L2), so spills inside
+the main loop cost bandwidth and latency the tensor cores then wait on. This is a static count
+from the compiler, not a measurement on a GPU; it points at what the GPU should be asked next.
+Set TRITON_INTERPRET=0 (on a machine without a GPU flashtext otherwise turns the interpreter on,
+and an interpreted kernel cannot be compiled). Runtime about 5 minutes on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_kernels: the candidates
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: probe trees win
+# appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-import tune_kernels  # noqa: E402
+from flashtext.bench import tuning  # noqa: E402
 
 
 def ptxas_path() -> str:
@@ -92,7 +92,7 @@ def compile_one(kernel: str, cfg: tuple[int, int, int, int], d: int, causal: boo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, nargs="+", default=[64, 128])
-    ap.add_argument("--kernels", nargs="+", default=["fwd", "bwd_dkdv", "bwd_dq"])
+    ap.add_argument("--kernels", nargs="+", choices=tuning.KERNELS, default=list(tuning.KERNELS))
     ap.add_argument("--out", default="spills_sm90")
     args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -104,7 +104,7 @@ def main() -> None:
     rows = []
     for kernel in args.kernels:
         for d in args.d:
-            configs = tune_kernels.candidates(kernel, d)
+            configs = tuning.candidates(kernel, d)
             for cfg in configs:
                 for causal in (False, True):
                     try:
