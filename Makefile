@@ -36,13 +36,25 @@ TEST_ENV := FLASHTEXT_STATIC=1 PYTHONHASHSEED=0
         test-browser record-accuracy clean
 
 help:
-	@echo "make lab          open the book in JupyterLab (creates the environment first)"
-	@echo "make test         lint + unit tests + every notebook under nbval (+ browser test if chromium)"
-	@echo "make progress     which exercises you have done"
-	@echo "make bench        benchmark the kernel against SDPA/FlexAttention (GPU; CPU: quick check)"
-	@echo "make notebooks    re-execute every chapter in place (authors)"
-	@echo "make wheelhouse   gather wheels for an offline GPU runner (run where pip has network)"
-	@echo "make test-browser run every chapter in real JupyterLab in headless Chromium"
+	@echo "Reading the book"
+	@echo "  make lab              open the book in JupyterLab (creates the environment first)"
+	@echo "  make progress         which exercises you have done"
+	@echo "Testing"
+	@echo "  make test             lint + unit tests + every notebook under nbval (+ browser test if chromium)"
+	@echo "  make test-fast        unit tests only (no lint, no notebooks)"
+	@echo "  make lint             ruff over flashtext, solutions, tests, tools, scripts, chapters"
+	@echo "  make test-browser     run every chapter in real JupyterLab in headless Chromium"
+	@echo "  make test-browser-if-possible  the browser test where chromium and playwright exist, else a note"
+	@echo "Measuring (GPU)"
+	@echo "  make bench            benchmark the kernel against SDPA/FlexAttention (BENCH_ARGS=...; CPU: quick check)"
+	@echo "  make bench-quick      the benchmark's CPU smoke test: tiny shapes, no timing claims"
+	@echo "  make record-accuracy  the kernels' correctness sweep against float64 -> flashtext/data/accuracy_*.json"
+	@echo "Authors and runners"
+	@echo "  make env              create the environment (.venv, or .gpu-site on a GPU runner) if missing"
+	@echo "  make notebooks        re-execute every chapter in place (NB=chapters/NN_x.ipynb for one)"
+	@echo "  make wheelhouse       gather wheels for an offline GPU runner (run where pip has network)"
+	@echo "  make clean            remove the environment, caches and artifacts/"
+	@echo "  make help             this list"
 
 env: $(READY)
 
