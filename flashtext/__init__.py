@@ -9,12 +9,15 @@ from flashtext.device import environment, on_gpu, report, torch_device
 
 __all__ = ["environment", "on_gpu", "report", "torch_device"]
 __version__ = "0.1.0"
+_KERNEL_API = ("flash_attention", "flash_attention_varlen", "flash_decode", "attention_forward",
+               "attention_backward")
 
 
 def __getattr__(name: str):
-    """``flashtext.flash_attention`` and ``flashtext.attention_forward``, imported on first use
-    (importing them loads triton, which a chapter that never runs a kernel does not need)."""
-    if name in ("flash_attention", "attention_forward"):
+    """The kernels' public API (``flashtext.flash_attention``, ``flash_attention_varlen``,
+    ``flash_decode``, ``attention_forward``), imported on first use (importing them loads
+    triton, which a chapter that never runs a kernel does not need)."""
+    if name in _KERNEL_API:
         from flashtext import kernels
 
         return getattr(kernels, name)

@@ -34,40 +34,49 @@ from flashtext.kernels.config import KernelConfig, block_d, launch_config
 from flashtext.kernels.descriptors import tile_sources
 from flashtext.kernels.forward import _LOG2E, input_precision
 from flashtext.kernels.launcher import launch
+from flashtext.kernels.masks import UNBOUNDED, key_tiles, query_tiles, visible, window_bounds
 
 
 @triton.jit(do_not_specialize=["N_Q"])
-def _attn_bwd_preprocess(O, DO, DELTA,
+def _attn_bwd_preprocess(O, DO, DELTA, CU_Q,
                          stride_oz, stride_oh, stride_om, stride_od,
                          stride_doz, stride_doh, stride_dom, stride_dod,
-                         H, N_Q,
+                         stride_lz, stride_lh, H, N_Q,
                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                         BLOCK_N: tl.constexpr):
+                         BLOCK_N: tl.constexpr, VARLEN: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
     off_zh = tl.program_id(1)
     off_z = off_zh // H
     off_h = off_zh % H
+    row0 = 0
+    if VARLEN:
+        row0 = tl.load(CU_Q + off_z)
+        N_Q = tl.load(CU_Q + off_z + 1) - row0
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM)
-    O += off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh
-    DO += off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh
+    O += off_z.to(tl.int64) * stride_oz + off_h.to(tl.int64) * stride_oh \
+        + row0.to(tl.int64) * stride_om
+    DO += off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh \
+        + row0.to(tl.int64) * stride_dom
     o = tl.load(O + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od, mask=mask,
                 other=0.0).to(tl.float32)
     do = tl.load(DO + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod, mask=mask,
                  other=0.0).to(tl.float32)
     delta = tl.sum(o * do, axis=1)
-    tl.store(DELTA + off_zh.to(tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
+    DELTA += off_z.to(tl.int64) * stride_lz + off_h.to(tl.int64) * stride_lh + row0
+    tl.store(DELTA + offs_m, delta, mask=offs_m < N_Q)
 
 
 @triton.jit
 def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd, stride_dom, stride_dod,
-                start_n, lo, hi, qk_scale, N_Q, CAUSAL_OFFSET, off_z, off_h,
+                start_n, lo, hi, qk_scale, N_Q, N_K, LEFT, RIGHT, off_z, off_h, row0_q,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, MASKED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                USE_TMA: tl.constexpr):
-    """Accumulate the contributions of the Q blocks ``lo, lo + BLOCK_M, ... < hi`` to this K/V
-    block's dK and dV. Works on transposed tiles (keys along rows): S^T = K Q^T, P^T, dS^T."""
+                USE_TMA: tl.constexpr, VARLEN: tl.constexpr):
+    """Accumulate the contributions of the Q blocks ``lo, lo + BLOCK_M, ... < hi`` of one query
+    head to this K/V block's dK and dV. Works on transposed tiles (keys along rows): S^T = K Q^T,
+    P^T, dS^T."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
@@ -75,9 +84,13 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd, stride_do
         offs_m = start_m + tl.arange(0, BLOCK_M)
         m_ok = offs_m < N_Q
         # rows past N_Q read q = dO = 0 and lse = +inf, so their P is exactly 0
-        if USE_TMA:  # the copy engine zero-fills rows past N_Q and columns past HEAD_DIM
-            q_t = tl.trans(Q.load([off_z, off_h, start_m, 0]).reshape(BLOCK_M, BLOCK_D))
-            do = DO.load([off_z, off_h, start_m, 0]).reshape(BLOCK_M, BLOCK_D)
+        if USE_TMA:  # the copy engine zero-fills columns past HEAD_DIM and rows past the tensor
+            if VARLEN:  # rows past this sequence (the next one's) get lse = +inf: P = 0
+                q_t = tl.trans(Q.load([row0_q + start_m, off_h, 0]).reshape(BLOCK_M, BLOCK_D))
+                do = DO.load([row0_q + start_m, off_h, 0]).reshape(BLOCK_M, BLOCK_D)
+            else:
+                q_t = tl.trans(Q.load([off_z, off_h, start_m, 0]).reshape(BLOCK_M, BLOCK_D))
+                do = DO.load([off_z, off_h, start_m, 0]).reshape(BLOCK_M, BLOCK_D)
         else:
             q_t = tl.load(Q + offs_m[None, :] * stride_qm + offs_d[:, None] * stride_qd,
                           mask=m_ok[None, :] & d_ok[:, None], other=0.0)  # Q^T: D x BLOCK_M
@@ -90,8 +103,8 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd, stride_do
         # P^T = exp2(S^T * log2 e - lse * log2 e), recomputed from the saved statistic
         qk_t = tl.dot(k, q_t, input_precision=INPUT_PRECISION) * qk_scale
         if MASKED:  # hidden scores -> -inf before the exponential (no overflow, P = 0)
-            visible = offs_n[:, None] <= offs_m[None, :] + CAUSAL_OFFSET
-            qk_t = tl.where(visible, qk_t, float("-inf"))
+            vis_t = tl.trans(visible(offs_m, offs_n, N_Q, N_K, LEFT, RIGHT))
+            qk_t = tl.where(vis_t, qk_t, float("-inf"))
         p_t = tl.math.exp2(qk_t - lse2[None, :])
         # dV += P^T dO
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=INPUT_PRECISION)
@@ -103,78 +116,98 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd, stride_do
     return dk, dv
 
 
-@triton.jit(do_not_specialize=["N_Q", "N_K"])
-def _attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale,
+@triton.jit(do_not_specialize=["N_Q", "N_K", "LEFT", "RIGHT"])
+def _attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, sm_scale, CU_Q, CU_K,
                    stride_qz, stride_qh, stride_qm, stride_qd,
                    stride_kz, stride_kh, stride_kn, stride_kd,
                    stride_vz, stride_vh, stride_vn, stride_vd,
                    stride_doz, stride_doh, stride_dom, stride_dod,
                    stride_dkz, stride_dkh, stride_dkn, stride_dkd,
                    stride_dvz, stride_dvh, stride_dvn, stride_dvd,
-                   H, N_Q, N_K,
+                   stride_lz, stride_lh,
+                   H_KV, GROUP, N_Q, N_K, LEFT, RIGHT,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                   USE_TMA: tl.constexpr):
-    # grid = (key blocks, batch * heads): program (j, zh) owns keys [start_n, start_n + BLOCK_N)
+                   BLOCK_N: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                   USE_TMA: tl.constexpr, VARLEN: tl.constexpr):
+    # grid = (key blocks, batch * K/V heads): program (j, zh) owns keys [start_n, +BLOCK_N) of
+    # one K/V head and sums dK, dV over the GROUP query heads that read it (no atomics)
     start_n = tl.program_id(0) * BLOCK_N
     off_zh = tl.program_id(1)
-    off_z = off_zh // H
-    off_h = off_zh % H
-    if not USE_TMA:  # with descriptors, Q and dO tiles are addressed by (batch, head, row)
-        Q += off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
-        DO += off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh
-    K += off_z.to(tl.int64) * stride_kz + off_h.to(tl.int64) * stride_kh
-    V += off_z.to(tl.int64) * stride_vz + off_h.to(tl.int64) * stride_vh
-    DK += off_z.to(tl.int64) * stride_dkz + off_h.to(tl.int64) * stride_dkh
-    DV += off_z.to(tl.int64) * stride_dvz + off_h.to(tl.int64) * stride_dvh
-    LSE += off_zh.to(tl.int64) * N_Q
-    DELTA += off_zh.to(tl.int64) * N_Q
+    off_z = off_zh // H_KV
+    off_kh = off_zh % H_KV
+    row0_q = 0
+    row0_k = 0
+    if VARLEN:
+        row0_q = tl.load(CU_Q + off_z)
+        row0_k = tl.load(CU_K + off_z)
+        N_Q = tl.load(CU_Q + off_z + 1) - row0_q
+        N_K = tl.load(CU_K + off_z + 1) - row0_k
+    if start_n < N_K:
+        kv_base = off_z.to(tl.int64) * stride_kz + off_kh.to(tl.int64) * stride_kh
+        K += kv_base + row0_k.to(tl.int64) * stride_kn
+        V += off_z.to(tl.int64) * stride_vz + off_kh.to(tl.int64) * stride_vh \
+            + row0_k.to(tl.int64) * stride_vn
+        DK += off_z.to(tl.int64) * stride_dkz + off_kh.to(tl.int64) * stride_dkh \
+            + row0_k.to(tl.int64) * stride_dkn
+        DV += off_z.to(tl.int64) * stride_dvz + off_kh.to(tl.int64) * stride_dvh \
+            + row0_k.to(tl.int64) * stride_dvn
 
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    kv_mask = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
-    # keys past N_K read as 0; their dK/dV rows are computed but never stored
-    k = tl.load(K + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask,
-                other=0.0)
-    v = tl.load(V + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask,
-                other=0.0)
-    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    qk_scale = sm_scale * _LOG2E
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, BLOCK_D)
+        kv_mask = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
+        # keys past N_K read as 0; their dK/dV rows are computed but never stored
+        k = tl.load(K + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                    mask=kv_mask, other=0.0)
+        v = tl.load(V + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                    mask=kv_mask, other=0.0)
+        dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+        dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+        qk_scale = sm_scale * _LOG2E
 
-    # Which Q blocks see these keys?  Row i sees key j iff j <= i + CAUSAL_OFFSET.
-    # [lo, mid): rows that see only some of the keys -> masked.  [mid, N_Q): rows that see all
-    # of them -> no mask.  Rows before lo see none of them -> skipped.
-    CAUSAL_OFFSET = N_K - N_Q
-    if CAUSAL:
-        lo = tl.maximum(start_n - CAUSAL_OFFSET, 0) // BLOCK_M * BLOCK_M
-        # first row that sees the tile's last real key
-        mid = tl.maximum(tl.minimum(start_n + BLOCK_N, N_K) - 1 - CAUSAL_OFFSET, 0)
-        mid = tl.maximum((mid + BLOCK_M - 1) // BLOCK_M * BLOCK_M, lo)  # round up to a block
-        dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd,
-                             stride_dom, stride_dod, start_n, lo, tl.minimum(mid, N_Q),
-                             qk_scale, N_Q, CAUSAL_OFFSET, off_z, off_h, HEAD_DIM, BLOCK_D,
-                             BLOCK_M, BLOCK_N, True, INPUT_PRECISION, USE_TMA)
-    else:
-        mid = 0
-    dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd,
-                         stride_dom, stride_dod, start_n, mid, N_Q, qk_scale, N_Q,
-                         CAUSAL_OFFSET, off_z, off_h, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, False,
-                         INPUT_PRECISION, USE_TMA)
+        # Which Q blocks see these keys (flashtext.kernels.masks)?  [lo, full_lo) and
+        # [full_hi, hi): rows that see only some of the keys -> masked.  [full_lo, full_hi):
+        # rows that see all of them -> no mask.  Other rows see none of them -> skipped.
+        lo, full_lo, full_hi, hi = query_tiles(start_n, N_Q, N_K, LEFT, RIGHT, BLOCK_M,
+                                               BLOCK_N)
+        for g in range(0, GROUP):
+            off_h = off_kh * GROUP + g
+            q_h = Q
+            do_h = DO
+            if not USE_TMA:  # descriptors address Q and dO by (batch, head, row) instead
+                q_h = Q + off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh \
+                    + row0_q.to(tl.int64) * stride_qm
+                do_h = DO + off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh \
+                    + row0_q.to(tl.int64) * stride_dom
+            row_stats = off_z.to(tl.int64) * stride_lz + off_h.to(tl.int64) * stride_lh + row0_q
+            lse_h = LSE + row_stats
+            delta_h = DELTA + row_stats
+            dk, dv = _dkdv_inner(dk, dv, k, v, q_h, do_h, lse_h, delta_h, stride_qm, stride_qd,
+                                 stride_dom, stride_dod, start_n, lo, full_lo, qk_scale, N_Q,
+                                 N_K, LEFT, RIGHT, off_z, off_h, row0_q, HEAD_DIM, BLOCK_D,
+                                 BLOCK_M, BLOCK_N, True, INPUT_PRECISION, USE_TMA, VARLEN)
+            dk, dv = _dkdv_inner(dk, dv, k, v, q_h, do_h, lse_h, delta_h, stride_qm, stride_qd,
+                                 stride_dom, stride_dod, start_n, full_lo, full_hi, qk_scale,
+                                 N_Q, N_K, LEFT, RIGHT, off_z, off_h, row0_q, HEAD_DIM,
+                                 BLOCK_D, BLOCK_M, BLOCK_N, False, INPUT_PRECISION, USE_TMA,
+                                 VARLEN)
+            dk, dv = _dkdv_inner(dk, dv, k, v, q_h, do_h, lse_h, delta_h, stride_qm, stride_qd,
+                                 stride_dom, stride_dod, start_n, full_hi, hi, qk_scale, N_Q,
+                                 N_K, LEFT, RIGHT, off_z, off_h, row0_q, HEAD_DIM, BLOCK_D,
+                                 BLOCK_M, BLOCK_N, True, INPUT_PRECISION, USE_TMA, VARLEN)
 
-    dk = dk * sm_scale
-    tl.store(DK + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
-             dk.to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
-             dv.to(DV.dtype.element_ty), mask=kv_mask)
+        dk = dk * sm_scale
+        tl.store(DK + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+                 dk.to(DK.dtype.element_ty), mask=kv_mask)
+        tl.store(DV + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+                 dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
 def _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, stride_vd,
-              start_m, lo, hi, qk_scale, N_K, CAUSAL_OFFSET, off_z, off_h,
+              start_m, lo, hi, qk_scale, N_Q, N_K, LEFT, RIGHT, off_z, off_kh, row0_k,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-              INPUT_PRECISION: tl.constexpr, USE_TMA: tl.constexpr):
+              BLOCK_N: tl.constexpr, MASKED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+              USE_TMA: tl.constexpr, VARLEN: tl.constexpr):
     """Accumulate dS K over the K/V blocks ``lo, lo + BLOCK_N, ... < hi`` (same split as the
     forward: MASKED=False tiles are fully visible and fully inside K)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -183,9 +216,13 @@ def _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, str
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         n_ok = offs_n < N_K
-        if USE_TMA:  # zero-filled past N_K and HEAD_DIM by the copy engine
-            k = K.load([off_z, off_h, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
-            v = V.load([off_z, off_h, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        if USE_TMA:  # zero-filled past HEAD_DIM and the tensor; past this sequence: masked
+            if VARLEN:
+                k = K.load([row0_k + start_n, off_kh, 0]).reshape(BLOCK_N, BLOCK_D)
+                v = V.load([row0_k + start_n, off_kh, 0]).reshape(BLOCK_N, BLOCK_D)
+            else:
+                k = K.load([off_z, off_kh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+                v = V.load([off_z, off_kh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
         else:
             k_ptrs = K + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
             v_ptrs = V + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
@@ -197,130 +234,199 @@ def _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, str
                 v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
         qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
         if MASKED:
-            visible = n_ok[None, :]
-            if CAUSAL:
-                visible = visible & (offs_n[None, :] <= offs_m[:, None] + CAUSAL_OFFSET)
-            qk = tl.where(visible, qk, float("-inf"))
+            qk = tl.where(visible(offs_m, offs_n, N_Q, N_K, LEFT, RIGHT), qk, float("-inf"))
         p = tl.math.exp2(qk - lse2[:, None])  # P recomputed from the saved lse
         dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
         ds = p * (dp - delta[:, None])
+        if MASKED:  # a hidden key's V row may be another sequence's: its dS must be exactly 0
+            ds = tl.where(p > 0.0, ds, 0.0)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=INPUT_PRECISION)
     return dq
 
 
-@triton.jit(do_not_specialize=["N_Q", "N_K"])
-def _attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale,
+@triton.jit(do_not_specialize=["N_Q", "N_K", "LEFT", "RIGHT"])
+def _attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ, sm_scale, CU_Q, CU_K,
                  stride_qz, stride_qh, stride_qm, stride_qd,
                  stride_kz, stride_kh, stride_kn, stride_kd,
                  stride_vz, stride_vh, stride_vn, stride_vd,
                  stride_doz, stride_doh, stride_dom, stride_dod,
                  stride_dqz, stride_dqh, stride_dqm, stride_dqd,
-                 H, N_Q, N_K,
+                 stride_lz, stride_lh,
+                 H, GROUP, N_Q, N_K, LEFT, RIGHT,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                 USE_TMA: tl.constexpr):
+                 BLOCK_N: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                 USE_TMA: tl.constexpr, VARLEN: tl.constexpr):
     # grid = (query blocks, batch * heads), like the forward
     start_m = tl.program_id(0) * BLOCK_M
     off_zh = tl.program_id(1)
     off_z = off_zh // H
     off_h = off_zh % H
-    Q += off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh
-    if not USE_TMA:  # with descriptors, K and V tiles are addressed by (batch, head, row)
-        K += off_z.to(tl.int64) * stride_kz + off_h.to(tl.int64) * stride_kh
-        V += off_z.to(tl.int64) * stride_vz + off_h.to(tl.int64) * stride_vh
-    DO += off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh
-    DQ += off_z.to(tl.int64) * stride_dqz + off_h.to(tl.int64) * stride_dqh
-    LSE += off_zh.to(tl.int64) * N_Q
-    DELTA += off_zh.to(tl.int64) * N_Q
+    off_kh = off_h // GROUP
+    row0_q = 0
+    row0_k = 0
+    if VARLEN:
+        row0_q = tl.load(CU_Q + off_z)
+        row0_k = tl.load(CU_K + off_z)
+        N_Q = tl.load(CU_Q + off_z + 1) - row0_q
+        N_K = tl.load(CU_K + off_z + 1) - row0_k
+    if start_m < N_Q:
+        Q += off_z.to(tl.int64) * stride_qz + off_h.to(tl.int64) * stride_qh \
+            + row0_q.to(tl.int64) * stride_qm
+        if not USE_TMA:  # with descriptors, K and V tiles are addressed by (batch, head, row)
+            K += off_z.to(tl.int64) * stride_kz + off_kh.to(tl.int64) * stride_kh \
+                + row0_k.to(tl.int64) * stride_kn
+            V += off_z.to(tl.int64) * stride_vz + off_kh.to(tl.int64) * stride_vh \
+                + row0_k.to(tl.int64) * stride_vn
+        DO += off_z.to(tl.int64) * stride_doz + off_h.to(tl.int64) * stride_doh \
+            + row0_q.to(tl.int64) * stride_dom
+        DQ += off_z.to(tl.int64) * stride_dqz + off_h.to(tl.int64) * stride_dqh \
+            + row0_q.to(tl.int64) * stride_dqm
+        row_stats = off_z.to(tl.int64) * stride_lz + off_h.to(tl.int64) * stride_lh + row0_q
+        LSE += row_stats
+        DELTA += row_stats
 
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    m_ok = offs_m < N_Q
-    qd_mask = m_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
-    q = tl.load(Q + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=qd_mask,
-                other=0.0)
-    do = tl.load(DO + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
-                 mask=qd_mask, other=0.0)
-    lse = tl.load(LSE + offs_m, mask=m_ok, other=float("inf"))
-    lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E
-    delta = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    qk_scale = sm_scale * _LOG2E
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        m_ok = offs_m < N_Q
+        qd_mask = m_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+        q = tl.load(Q + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                    mask=qd_mask, other=0.0)
+        do = tl.load(DO + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                     mask=qd_mask, other=0.0)
+        lse = tl.load(LSE + offs_m, mask=m_ok, other=float("inf"))
+        lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E
+        delta = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
+        dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        qk_scale = sm_scale * _LOG2E
 
-    CAUSAL_OFFSET = N_K - N_Q
-    if CAUSAL:
-        hi = tl.maximum(tl.minimum(N_K, start_m + BLOCK_M + CAUSAL_OFFSET), 0)
-        first_row_sees = tl.maximum(tl.minimum(N_K, start_m + CAUSAL_OFFSET + 1), 0)
-        mid = first_row_sees // BLOCK_N * BLOCK_N
-    else:
-        hi = N_K
-        mid = N_K // BLOCK_N * BLOCK_N
-    dq = _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, stride_vd,
-                   start_m, 0, mid, qk_scale, N_K, CAUSAL_OFFSET, off_z, off_h, HEAD_DIM,
-                   BLOCK_D, BLOCK_M, BLOCK_N, False, CAUSAL, INPUT_PRECISION, USE_TMA)
-    dq = _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, stride_vd,
-                   start_m, mid, hi, qk_scale, N_K, CAUSAL_OFFSET, off_z, off_h, HEAD_DIM,
-                   BLOCK_D, BLOCK_M, BLOCK_N, True, CAUSAL, INPUT_PRECISION, USE_TMA)
-    dq = dq * sm_scale
-    tl.store(DQ + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
-             dq.to(DQ.dtype.element_ty), mask=qd_mask)
+        lo, full_lo, full_hi, hi = key_tiles(start_m, N_Q, N_K, LEFT, RIGHT, BLOCK_M, BLOCK_N)
+        dq = _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn,
+                       stride_vd, start_m, lo, full_lo, qk_scale, N_Q, N_K, LEFT, RIGHT, off_z,
+                       off_kh, row0_k, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, True,
+                       INPUT_PRECISION, USE_TMA, VARLEN)
+        dq = _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn,
+                       stride_vd, start_m, full_lo, full_hi, qk_scale, N_Q, N_K, LEFT, RIGHT,
+                       off_z, off_kh, row0_k, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, False,
+                       INPUT_PRECISION, USE_TMA, VARLEN)
+        dq = _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn,
+                       stride_vd, start_m, full_hi, hi, qk_scale, N_Q, N_K, LEFT, RIGHT, off_z,
+                       off_kh, row0_k, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, True,
+                       INPUT_PRECISION, USE_TMA, VARLEN)
+        dq = dq * sm_scale
+        tl.store(DQ + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+                 dq.to(DQ.dtype.element_ty), mask=qd_mask)
 
 
 def preprocess(o: torch.Tensor, do: torch.Tensor, config: KernelConfig | None = None,
+               cu_seqlens_q: torch.Tensor | None = None, max_seqlen_q: int | None = None,
                ) -> torch.Tensor:
-    """delta = rowsum(dO * O) in float32, shape (Z, H, N_Q): the first backward kernel."""
-    z, h, n_q, d = o.shape
-    delta = torch.empty((z, h, n_q), dtype=torch.float32, device=o.device)
-    if delta.numel() == 0:
+    """delta = rowsum(dO * O) in float32, shape (Z, H, N_Q) (packed: (H, total_q), like the
+    forward's lse): the first backward kernel."""
+    d = o.shape[-1]
+    if cu_seqlens_q is None:
+        z, h, n_q, _ = o.shape
+        delta = torch.empty((z, h, n_q), dtype=torch.float32, device=o.device)
+        strides = (*o.stride(), *do.stride(), h * n_q, n_q)
+    else:
+        total, h, _ = o.shape
+        z, n_q = cu_seqlens_q.numel() - 1, max_seqlen_q
+        delta = torch.zeros((h, total), dtype=torch.float32, device=o.device)
+        strides = tuple(x for t in (o, do) for x in (0, t.stride(1), t.stride(0), t.stride(2)))
+        strides += (0, total)
+    if delta.numel() == 0 or n_q == 0:
         return delta
     config = config or launch_config("bwd_pre", d, o.element_size(), False, n_q, n_q)
+    cu = cu_seqlens_q if cu_seqlens_q is not None else delta  # unused when VARLEN is off
     launch(_attn_bwd_preprocess, lambda c: (triton.cdiv(n_q, c.BLOCK_M), z * h), config,
-           o, do, delta, *o.stride(), *do.stride(), h, n_q, HEAD_DIM=d, BLOCK_D=block_d(d))
+           o, do, delta, cu, *strides, h, n_q, HEAD_DIM=d, BLOCK_D=block_d(d),
+           VARLEN=cu_seqlens_q is not None)
     return delta
 
 
 def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              o: torch.Tensor, lse: torch.Tensor, causal: bool, sm_scale: float,
-             configs: dict[str, KernelConfig] | None = None,
+             configs: dict[str, KernelConfig] | None = None, window: tuple[int, int] = (-1, -1),
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of ``sum(O * do)``, given the forward's O and lse.
 
-    Any strides for every tensor except ``lse`` (contiguous (Z, H, N_Q) float32, as the forward
-    writes it). ``configs`` may override :func:`~flashtext.kernels.config.launch_config` per
-    kernel ("bwd_pre", "bwd_dkdv", "bwd_dq"); tests use it to try several tile shapes.
+    q, o, do (Z, H, N_Q, d), k and v (Z, H_kv, N_K, d); any strides for every tensor except
+    ``lse`` (contiguous (Z, H, N_Q) float32, as the forward writes it). dk and dv sum over the
+    query heads that share a K/V head. ``configs`` may override
+    :func:`~flashtext.kernels.config.launch_config` per kernel ("bwd_pre", "bwd_dkdv",
+    "bwd_dq"); tests use it to try several tile shapes.
     """
     z, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    configs = configs or {}
+    h_kv, n_k = k.shape[1], k.shape[2]
     dq = torch.empty((z, h, n_q, d), dtype=q.dtype, device=q.device)
-    dk = torch.empty((z, h, n_k, d), dtype=k.dtype, device=k.device)
-    dv = torch.empty((z, h, n_k, d), dtype=v.dtype, device=v.device)
+    dk = torch.empty((z, h_kv, n_k, d), dtype=k.dtype, device=k.device)
+    dv = torch.empty((z, h_kv, n_k, d), dtype=v.dtype, device=v.device)
+    if dq.is_meta:
+        return dq, dk, dv
     if q.numel() == 0 or k.numel() == 0:  # nothing to attend to, or nobody attending
         return dq.zero_(), dk.zero_(), dv.zero_()
     if lse.shape != (z, h, n_q) or not lse.is_contiguous() or lse.dtype != torch.float32:
         raise ValueError(f"lse must be a contiguous float32 tensor of shape {(z, h, n_q)}, "
                          f"got {tuple(lse.shape)} {lse.dtype}")
+    delta = preprocess(o, do, (configs or {}).get("bwd_pre"))
+    dense = (q, k, v, do, dq, dk, dv)
+    _launch_backward(dense, lse, delta, causal, window, sm_scale, configs, n_q, n_k,
+                     strides=[x for t in dense for x in t.stride()], batch=z,
+                     lse_strides=(h * n_q, n_q), cu=None)
+    return dq, dk, dv
+
+
+def backward_varlen(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    o: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                    causal: bool, sm_scale: float, window: tuple[int, int] = (-1, -1),
+                    configs: dict[str, KernelConfig] | None = None,
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward over packed sequences (see :func:`flashtext.kernels.forward.forward_varlen`):
+    q, o, do (total_q, H, d), k, v (total_k, H_kv, d), lse (H, total_q)."""
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    batch = cu_seqlens_q.numel() - 1
+    if dq.is_meta or q.numel() == 0 or k.numel() == 0 or batch == 0:
+        return dq, dk, dv
+    delta = preprocess(o, do, (configs or {}).get("bwd_pre"), cu_seqlens_q, max_seqlen_q)
+    packed = (q, k, v, do, dq, dk, dv)
+    strides = [x for t in packed for x in (0, t.stride(1), t.stride(0), t.stride(2))]
+    _launch_backward(packed, lse, delta, causal, window, sm_scale, configs, max_seqlen_q,
+                     max_seqlen_k, strides=strides, batch=batch, lse_strides=(0, q.shape[0]),
+                     cu=(cu_seqlens_q, cu_seqlens_k))
+    return dq, dk, dv
+
+
+def _launch_backward(tensors, lse, delta, causal, window, sm_scale, configs, n_q, n_k,
+                     strides, batch, lse_strides, cu) -> None:
+    """The dK/dV and dQ launches, dense or packed (``cu`` = (cu_seqlens_q, cu_seqlens_k))."""
+    q, k, v, do, dq, dk, dv = tensors
+    d = q.shape[-1]
+    h, h_kv = q.shape[1], k.shape[1]  # heads: dim 1 of (Z, H, N, d) and of packed (total, H, d)
+    left, right = window_bounds(causal, window)
+    configs = configs or {}
 
     def cfg(name: str) -> KernelConfig:
-        return configs.get(name) or launch_config(name, d, q.element_size(), causal, n_q, n_k)
+        return configs.get(name) or launch_config(name, d, q.element_size(),
+                                                  right < UNBOUNDED, n_q, n_k)
 
-    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    consts = dict(HEAD_DIM=d, BLOCK_D=block_d(d), INPUT_PRECISION=input_precision(q.dtype))
-
-    delta = preprocess(o, do, cfg("bwd_pre"))
+    q_s, k_s, v_s, do_s, dq_s, dk_s, dv_s = (strides[i:i + 4] for i in range(0, 28, 4))
+    consts = dict(HEAD_DIM=d, BLOCK_D=block_d(d), INPUT_PRECISION=input_precision(q.dtype),
+                  VARLEN=cu is not None)
+    cu_q, cu_k = cu if cu is not None else (lse, lse)  # unused when VARLEN is off
     # the dK/dV kernel streams Q and dO tiles past its keys, the dQ kernel K and V tiles past
     # its queries: those are the loads a tensor descriptor can take over
     c_kv = cfg("bwd_dkdv")
     tma_kv, (q_arg, do_arg) = tile_sources(c_kv, "BLOCK_M", q, do)
-    launch(_attn_bwd_dkdv, lambda c: (triton.cdiv(n_k, c.BLOCK_N), z * h), c_kv,
-           q_arg, k, v, do_arg, lse, delta, dk, dv, sm_scale, *strides, *dk.stride(),
-           *dv.stride(), h, n_q, n_k, CAUSAL=causal, USE_TMA=tma_kv, **consts)
+    launch(_attn_bwd_dkdv, lambda c: (triton.cdiv(n_k, c.BLOCK_N), batch * h_kv), c_kv,
+           q_arg, k, v, do_arg, lse, delta, dk, dv, sm_scale, cu_q, cu_k,
+           *q_s, *k_s, *v_s, *do_s, *dk_s, *dv_s, *lse_strides, h_kv, h // h_kv, n_q, n_k,
+           left, right, USE_TMA=tma_kv, **consts)
     c_q = cfg("bwd_dq")
     tma_q, (k_arg, v_arg) = tile_sources(c_q, "BLOCK_N", k, v)
-    launch(_attn_bwd_dq, lambda c: (triton.cdiv(n_q, c.BLOCK_M), z * h), c_q,
-           q, k_arg, v_arg, do, lse, delta, dq, sm_scale, *strides, *dq.stride(), h, n_q, n_k,
-           CAUSAL=causal, USE_TMA=tma_q, **consts)
-    return dq, dk, dv
+    launch(_attn_bwd_dq, lambda c: (triton.cdiv(n_q, c.BLOCK_M), batch * h), c_q,
+           q, k_arg, v_arg, do, lse, delta, dq, sm_scale, cu_q, cu_k,
+           *q_s, *k_s, *v_s, *do_s, *dq_s, *lse_strides, h, h // h_kv, n_q, n_k, left, right,
+           USE_TMA=tma_q, **consts)
 
 
-__all__ = ["backward", "preprocess"]
+__all__ = ["backward", "backward_varlen", "preprocess"]

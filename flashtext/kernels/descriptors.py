@@ -42,9 +42,11 @@ def tma_ok(t: torch.Tensor) -> bool:
 
 
 def descriptor(t: torch.Tensor, rows: int):
-    """A descriptor over ``t`` (Z, H, N, d) that hands out ``rows`` x BLOCK_D tiles of one head
-    (coordinates [batch, head, first row, 0]; rows past N and columns past d read as 0)."""
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, block_d(t.shape[-1])])
+    """A descriptor that hands out ``rows`` x BLOCK_D tiles of one head: over ``t`` (Z, H, N, d)
+    at coordinates [batch, head, first row, 0], or over packed ``t`` (total, H, d) at
+    [first row, head, 0]. Rows past the tensor and columns past d read as 0."""
+    block = [1, 1, rows] if t.dim() == 4 else [rows, 1]
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block + [block_d(t.shape[-1])])
 
 
 def tile_sources(config: KernelConfig, rows: str, *tensors: torch.Tensor) -> tuple[bool, list]:
