@@ -328,22 +328,17 @@ def sm90_preview() -> dict:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from flashtext.kernels import forward as fwd
-    from flashtext.kernels.config import block_d, launch_config
+    from flashtext.bench import static_compile
+    from flashtext.kernels.config import launch_config
 
     target = GPUTarget("cuda", 90, 32)
     out = {"triton": triton.__version__, "target": "sm_90", "library_forward": [], "probes": []}
     for d in (128,):
         cfg = launch_config("fwd", d, 2, True, 4096, 4096)
-        sig = {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "O": "*fp16", "LSE": "*fp32",
-               "sm_scale": "fp32"}
-        sig.update({name: "i32" for name in fwd._attn_fwd.arg_names[6:25]})
-        const = {"HEAD_DIM": d, "BLOCK_D": block_d(d), "BLOCK_M": cfg.BLOCK_M,
-                 "BLOCK_N": cfg.BLOCK_N, "CAUSAL": True, "INPUT_PRECISION": "tf32",
-                 "NEGATE_Q": False, "USE_TMA": False}
-        sig.update({name: "constexpr" for name in const})
-        k = triton.compile(ASTSource(fwd._attn_fwd, sig, const), target=target,
-                           options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+        # plain loads, as the library launches them (a descriptor's type needs its tile shape)
+        launch = static_compile.launch_arguments(
+            "fwd", (cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_warps, cfg.num_stages), d, causal=True)
+        k = static_compile.compile_kernel(launch, capability=90)
         row = describe("_attn_fwd", k.asm["ptx"], None, k.metadata._asdict())  # PTX only: fast
         out["library_forward"].append({"d": d, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
                                        **row})

@@ -26,7 +26,7 @@ from pathlib import Path
 # appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from flashtext.bench import tuning  # noqa: E402
+from flashtext.bench import static_compile, tuning  # noqa: E402
 
 
 def ptxas_path() -> str:
@@ -53,36 +53,11 @@ def ptxas_report(ptx: str) -> dict:
 
 
 def compile_one(kernel: str, cfg: tuple[int, int, int, int], d: int, causal: bool) -> dict:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from flashtext.kernels import backward, forward
-    from flashtext.kernels.config import block_d
-
-    fn = {"fwd": forward._attn_fwd, "bwd_dkdv": backward._attn_bwd_dkdv,
-          "bwd_dq": backward._attn_bwd_dq}[kernel]
-    bm, bn, warps, stages = cfg
-    const = {"HEAD_DIM": d, "BLOCK_D": block_d(d), "BLOCK_M": bm, "BLOCK_N": bn,
-             "CAUSAL": causal, "INPUT_PRECISION": "tf32"}
-    # the plain-load path (USE_TMA=False): a tensor descriptor's signature type needs its
-    # block shape spelled out, and the registers of the loop body are what this report is for
-    const["USE_TMA"] = False
-    if kernel == "fwd":
-        const["NEGATE_Q"] = False
-    pointers = {"LSE": "*fp32", "DELTA": "*fp32"}
-    sig = {}
-    for name in fn.arg_names:
-        if name in const:
-            sig[name] = "constexpr"
-        elif name == "sm_scale":
-            sig[name] = "fp32"
-        elif name.startswith("stride_") or name in ("H", "N_Q", "N_K"):
-            sig[name] = "i32"
-        else:
-            sig[name] = pointers.get(name, "*fp16")
-    compiled = triton.compile(ASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": warps, "num_stages": stages})
+    """Registers, spills, shared memory and WGMMA count of ``kernel`` with launch configuration
+    ``cfg``, compiled for sm_90a as the library launches it (plain loads: the loop body's
+    registers are what this report is for)."""
+    launch = static_compile.launch_arguments(kernel, cfg, d, causal)
+    compiled = static_compile.compile_kernel(launch, capability=90)
     ptx = compiled.asm["ptx"]
     return {"kernel": kernel, "config": list(cfg), "d": d, "causal": causal,
             "shared_bytes": compiled.metadata.shared,

@@ -345,3 +345,50 @@ def test_profile_falls_back_and_reads_the_drivers_order(tmp_path):
     assert len(ncu.group_by_stream(got["kernels"], len(got["order"]))) == 2
     failed = ncu.profile(str(fake), driver, attempts[:1])
     assert not failed["ok"] and "Failed to find metric optional" in failed["error"]
+
+
+# ------------------------------------------------------------------ shared helpers: static_compile
+
+def test_launch_arguments_are_what_the_library_launches():
+    """Recorded from forward()/backward() themselves: every runtime argument typed, every
+    constant given, plain loads, the causal forward's longest-first order on."""
+    from flashtext.bench import static_compile
+    from flashtext.kernels import backward, forward
+
+    fwd = static_compile.launch_arguments("fwd", (64, 32, 4, 2), 64, causal=True)
+    assert fwd.fn is forward._attn_fwd and (fwd.num_warps, fwd.num_stages) == (4, 2)
+    assert fwd.constexprs["LONGEST_FIRST"] and not fwd.constexprs["USE_TMA"]
+    assert (fwd.constexprs["BLOCK_M"], fwd.constexprs["BLOCK_N"]) == (64, 32)
+    sig = static_compile.signature(fwd)
+    assert list(sig) == list(forward._attn_fwd.arg_names)
+    assert sig["Q"] == "*fp16" and sig["LSE"] == "*fp32" and sig["sm_scale"] == "fp32"
+    assert sig["N_K"] == "i32" and sig["HEAD_DIM"] == "constexpr"
+    dq = static_compile.launch_arguments("bwd_dq", (64, 32, 4, 2), 64, causal=False)
+    assert dq.fn is backward._attn_bwd_dq and list(static_compile.signature(dq)) == list(
+        backward._attn_bwd_dq.arg_names)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        static_compile.launch_arguments("bwd_pre", (64, 32, 4, 2), 64, causal=False)
+
+
+def test_signature_names_a_missing_constant():
+    import dataclasses
+
+    from flashtext.bench import static_compile
+
+    fwd = static_compile.launch_arguments("fwd", (64, 32, 4, 2), 64, causal=False)
+    short = dataclasses.replace(fwd, constexprs={k: v for k, v in fwd.constexprs.items()
+                                                 if k != "VARLEN"})
+    with pytest.raises(ValueError, match="VARLEN"):
+        static_compile.signature(short)
+
+
+def test_record_hopper_previews_the_forward_for_sm90_without_a_gpu():
+    """Chapter 13 runs this live: it must compile the library's current forward."""
+    out = subprocess.run([sys.executable, str(SCRIPT.parent / "record_hopper.py"),
+                          "--sm90-preview"], cwd=SCRIPT.parents[1], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    preview = json.loads(out.stdout.strip().splitlines()[-1])
+    (fwd,) = preview["library_forward"]
+    assert fwd["ptx"]["wgmma"] > 0 and fwd["ptx"]["mma_sync"] == 0
+    assert len(preview["probes"]) == 3

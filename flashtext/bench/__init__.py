@@ -15,8 +15,9 @@ check), :mod:`flashtext.bench.providers` what is measured, :mod:`flashtext.bench
 all (with the roofline ceilings of :mod:`flashtext.bench.ceilings`), and
 :mod:`flashtext.bench.report` reads and draws. The measurement scripts in ``scripts/`` share
 :mod:`flashtext.bench.workload` (inputs and calls at the benchmark's setting),
-:mod:`flashtext.bench.tuning` (the launch-configuration search) and :mod:`flashtext.bench.ncu`
-(Nsight Compute's output).
+:mod:`flashtext.bench.tuning` (the launch-configuration search), :mod:`flashtext.bench.ncu`
+(Nsight Compute's output) and :mod:`flashtext.bench.static_compile` (the kernels compiled for a
+GPU target as the library launches them).
 """
 
 from flashtext.bench.core import (
