@@ -45,11 +45,26 @@ def test_no_module_over_the_line_limit(path):
 
 # ------------------------------------------------------------------------------ recordings
 
+# a name with a placeholder: f"probe_x_{v}" in code, probe_x_*.json in text
+_PATTERNED = re.compile(r"[A-Za-z0-9_]{4,}(?:(?:\{[^{}\n]*\}|\*)[A-Za-z0-9_]*)+")
+_PLACEHOLDER = re.compile(r"(\{[^{}\n]*\}|\*)")
+
+
+def _name_patterns(text: str) -> list[re.Pattern]:
+    out = []
+    for token in _PATTERNED.findall(text):
+        parts = _PLACEHOLDER.split(token)
+        out.append(re.compile("".join(re.escape(p) if i % 2 == 0 else r"\w+"
+                                      for i, p in enumerate(parts))))
+    return out
+
+
 def referenced(stem: str, sources: dict[str, str]) -> list[str]:
-    """The sources that name recording ``stem`` as a whole word (``recorded.load("x")``,
-    ``x.json`` in a chapter's text)."""
-    pattern = re.compile(rf"(?<![\w]){re.escape(stem)}(?![\w])")
-    return [name for name, text in sources.items() if pattern.search(text)]
+    """The sources that name recording ``stem``: as a whole word (``recorded.load("x")``,
+    ``x.json`` in a chapter's text), or through a placeholder (``f"x_{v}"``, ``x_*.json``)."""
+    word = re.compile(rf"(?<![\w]){re.escape(stem)}(?![\w])")
+    return [name for name, text in sources.items() if word.search(text)
+            or any(p.fullmatch(stem) for p in _name_patterns(text))]
 
 
 def readers() -> dict[str, str]:
@@ -75,6 +90,11 @@ def test_the_reference_check_sees_a_reader_and_its_absence():
     assert referenced("tune_h200", sources) == ["a.ipynb"]
     assert referenced("bench_h200_v3", sources) == ["b.py"]
     assert referenced("bench_h200", sources) == []  # a prefix of another name is not a reader
+    patterned = {"c.ipynb": 'recorded.load(f"probe_host_{v}")', "d.md": "`probe_*.json`",
+                 "e.py": "x = a * b"}
+    assert referenced("probe_host_dd", patterned) == ["c.ipynb", "d.md"]
+    assert referenced("probe_bench", patterned) == ["d.md"]
+    assert referenced("tune_h200", patterned) == []
 
 
 def recordings_table() -> dict[str, dict[str, str]]:
