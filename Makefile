@@ -13,6 +13,9 @@ JOBS ?= 2
 REQS := requirements.txt
 # Lines tagged "compute" in requirements.txt come from a GPU runner's own image.
 COMPUTE := '^(torch|triton|numpy)=='
+# Pins a GPU runner does not need: the browser tests (no Chromium there) and the website's tools
+# (the site is built on the CPU machine; they would add 34 MB to the wheelhouse).
+NOT_ON_RUNNER := '^(jupyterlab|playwright|sphinx|myst-nb|myst-parser|sphinx-book-theme|pydata-sphinx-theme|jupyter-server-mathjax)=='
 WHEELHOUSE := .wheelhouse
 GPU_SITE := .gpu-site
 
@@ -33,18 +36,22 @@ endif
 TEST_ENV := FLASHTEXT_STATIC=1 PYTHONHASHSEED=0
 
 .PHONY: help env lab test test-fast lint notebooks progress bench bench-quick wheelhouse \
-        test-browser record-accuracy clean
+        test-browser test-browser-if-possible book test-book test-book-if-possible \
+        record-accuracy clean
 
 help:
 	@echo "Reading the book"
 	@echo "  make lab              open the book in JupyterLab (creates the environment first)"
 	@echo "  make progress         which exercises you have done"
+	@echo "  make book             build the book as an offline website in build/book/ (open index.html)"
 	@echo "Testing"
 	@echo "  make test             lint + unit tests + every notebook under nbval (+ browser test if chromium)"
 	@echo "  make test-fast        unit tests only (no lint, no notebooks)"
 	@echo "  make lint             ruff over flashtext, solutions, tests, tools, scripts, chapters"
 	@echo "  make test-browser     run every chapter in real JupyterLab in headless Chromium"
 	@echo "  make test-browser-if-possible  the browser test where chromium and playwright exist, else a note"
+	@echo "  make test-book        build the website, then open every page in headless Chromium, offline"
+	@echo "  make test-book-if-possible     the website test where chromium and playwright exist, else a note"
 	@echo "Measuring (GPU)"
 	@echo "  make bench            benchmark the kernel against SDPA/FlexAttention (BENCH_ARGS=...; CPU: quick check)"
 	@echo "  make bench-quick      the benchmark's CPU smoke test: tiny shapes, no timing claims"
@@ -85,6 +92,7 @@ test: env lint
 	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env \
 	    tests chapters
 	@$(MAKE) --no-print-directory test-browser-if-possible
+	@$(MAKE) --no-print-directory test-book-if-possible
 
 test-fast: env
 	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile tests
@@ -96,6 +104,18 @@ test-browser-if-possible:
 
 test-browser: env
 	$(PY) -m pytest -p no:xdist tools/browser_test.py -v
+
+# The website: chapters/*.ipynb with their stored outputs (never re-executed), by Sphinx.
+book: env
+	$(PY) tools/book/build.py
+
+test-book: book
+	$(PY) -m pytest -p no:xdist tools/book_test.py -v
+
+test-book-if-possible:
+	@if command -v chromium >/dev/null 2>&1 && $(PY) -c "import playwright" 2>/dev/null; then \
+	    $(MAKE) --no-print-directory test-book; \
+	else echo "Website test SKIPPED: chromium or playwright not installed (see README, 'make test-book')."; fi
 
 notebooks: env
 	$(TEST_ENV) $(PY) tools/execute_notebooks.py $(or $(NB),chapters/*.ipynb)
@@ -113,10 +133,11 @@ record-accuracy: env
 	$(PY) scripts/record_accuracy.py
 
 # Wheels an offline GPU runner lacks (Python 3.12, manylinux x86_64): everything in
-# requirements.txt except the compute stack the runner brings, with their dependencies.
+# requirements.txt except the compute stack the runner brings and NOT_ON_RUNNER, with their
+# dependencies.
 wheelhouse:
 	rm -rf $(WHEELHOUSE) && mkdir -p $(WHEELHOUSE)
-	grep -vE $(COMPUTE) $(REQS) | grep -vE '^(jupyterlab|playwright)==' | sed 's/#.*//' | grep . > $(WHEELHOUSE)/requirements.txt
+	grep -vE $(COMPUTE) $(REQS) | grep -vE $(NOT_ON_RUNNER) | sed 's/#.*//' | grep . > $(WHEELHOUSE)/requirements.txt
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
 	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 	    --platform manylinux2014_x86_64 --platform any \
@@ -128,4 +149,5 @@ wheelhouse:
 	@du -sh $(WHEELHOUSE)
 
 clean:
-	rm -rf $(VENV) $(GPU_SITE) .pytest_cache .ruff_cache artifacts
+	rm -rf $(VENV) $(GPU_SITE) .pytest_cache .ruff_cache artifacts \
+	    build/book build/book-src build/book-doctrees

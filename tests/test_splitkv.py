@@ -103,7 +103,9 @@ def test_kernel_partials_match_numpy_partials():
     q, k, v = (t.to(DEVICE) for t in _qkv(rng, 1, 2, 3, 70, 16))
     parts, part_lse = kernels.splitkv_partials(q, k, v, num_splits=3, causal=True)
     # the kernel's chunks are whole key blocks: recover its bounds from the chunk size
-    block_n = kernels._blocks(16)[1]
+    from flashtext.kernels.decode import _blocks
+
+    block_n = _blocks(16, 3)[1]
     chunk = block_n * int(np.ceil(np.ceil(70 / 3) / block_n))
     for s in range(3):
         a, b = min(s * chunk, 70), min((s + 1) * chunk, 70)
@@ -121,7 +123,7 @@ def test_kernel_auto_splits_and_validation():
     out = kernels.splitkv_attention(q, k, v)  # num_splits chosen for 132 SMs
     np.testing.assert_allclose(out.double().cpu().numpy(), reference.attention(q, k, v),
                                atol=1e-5)
-    with pytest.raises(ValueError, match="share a dtype"):
+    with pytest.raises(ValueError, match="share one dtype"):
         kernels.splitkv_attention(q, k.half(), v)
     with pytest.raises(ValueError, match="batch, heads, N, d"):
         kernels.splitkv_attention(q[0], k, v)
@@ -132,3 +134,19 @@ def test_kernel_auto_splits_and_validation():
     if _boot.INTERPRETING:
         with pytest.raises(ValueError, match="bfloat16"):
             kernels.splitkv_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
+
+
+def test_kernel_refuses_what_it_cannot_do():
+    rng = np.random.default_rng(5)
+    q, k, v = (t.to(DEVICE) for t in _qkv(rng, 1, 1, 2, 40, 16))
+    with pytest.raises(ValueError, match="causal must be True or False"):
+        kernels.splitkv_attention(q, k, v, causal="False")  # a truthy string is no mask choice
+    for bad in (float("nan"), float("inf"), "x", True):
+        with pytest.raises(ValueError, match="scale must be a finite number"):
+            kernels.splitkv_attention(q, k, v, scale=bad)
+    with pytest.raises(ValueError, match="head dimension of at least 1"):
+        kernels.splitkv_attention(q[..., :0], k[..., :0], v[..., :0])
+    with pytest.raises(ValueError, match="inference-only"):
+        kernels.splitkv_attention(q.clone().requires_grad_(), k, v)
+    with pytest.raises(ValueError, match="num_splits"):
+        kernels.splitkv_partials(q, k, v, num_splits=0)

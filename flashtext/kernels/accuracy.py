@@ -77,34 +77,44 @@ class Case:
     causal: bool
     dtype: str  # "float32", "float16", "bfloat16"
     seed: int = 0
+    heads_kv: int | None = None  # grouped-query attention: K/V heads (None: as many as q)
+    window: tuple[int, int] = (-1, -1)  # sliding window (left, right), -1 unbounded
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
 
     def label(self) -> str:
-        return (f"{self.dtype} B{self.batch} H{self.heads} Nq{self.n_q} Nk{self.n_k} "
-                f"d{self.head_dim}{' causal' if self.causal else ''}")
+        gqa = f"/{self.heads_kv}" if self.heads_kv not in (None, self.heads) else ""
+        win = f" window{self.window}" if self.window != (-1, -1) else ""
+        return (f"{self.dtype} B{self.batch} H{self.heads}{gqa} Nq{self.n_q} Nk{self.n_k} "
+                f"d{self.head_dim}{' causal' if self.causal else ''}{win}")
 
 
 def make_inputs(case: Case, device: str | torch.device):
     """Seeded q, k, v, dO: standard normal, rounded to the case's dtype."""
     g = torch.Generator().manual_seed(case.seed)
     shape_q = (case.batch, case.heads, case.n_q, case.head_dim)
-    shape_k = (case.batch, case.heads, case.n_k, case.head_dim)
+    shape_k = (case.batch, case.heads_kv or case.heads, case.n_k, case.head_dim)
     q, do = (torch.randn(shape_q, generator=g) for _ in range(2))
     k, v = (torch.randn(shape_k, generator=g) for _ in range(2))
     return tuple(t.to(device=device, dtype=case.torch_dtype) for t in (q, k, v, do))
 
 
-def torch_attention(q, k, v, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Plain PyTorch attention in the inputs' dtype, causal aligned bottom-right; returns
-    (O, lse). A query that sees no key gets O = 0 (softmax of an all -inf row is NaN)."""
+def torch_attention(q, k, v, causal: bool, sm_scale: float, window: tuple[int, int] = (-1, -1),
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain PyTorch attention in the inputs' dtype, masks aligned bottom-right, grouped K/V
+    heads repeated; returns (O, lse). A query that sees no key gets O = 0 (softmax of an all
+    -inf row is NaN)."""
+    if k.shape[1] != q.shape[1]:
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     s = (q @ k.transpose(-1, -2)) * sm_scale
-    if causal:
+    if causal or tuple(window) != (-1, -1):
         n_q, n_k = q.shape[-2], k.shape[-2]
-        keep = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril(n_k - n_q)
-        s = s.masked_fill(~keep, float("-inf"))
+        right = 0 if causal else window[1]
+        keep = torch.from_numpy(reference.window_mask(n_q, n_k, (window[0], right)))
+        s = s.masked_fill(~keep.to(q.device), float("-inf"))
     p = torch.softmax(s, dim=-1).nan_to_num(0.0)
     return p @ v, torch.logsumexp(s.float(), dim=-1)
 
@@ -155,52 +165,63 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.float64).numpy()
 
 
-def cancellation_scale(q, k, v, do, causal: bool, sm_scale: float) -> dict[str, float]:
+def cancellation_scale(q, k, v, do, causal: bool, sm_scale: float,
+                       window: tuple[int, int] = (-1, -1)) -> dict[str, float]:
     """The size of dQ's and dK's share of the dP - D cancellation noise in units of u32 (see
     ``CANCELLATION``): max over entries of |scale| sqrt(sum_j (E_ij k_jl)^2) for dQ and of
-    |scale| sqrt(sum_i (E_ij q_il)^2) for dK, with E = P * (|dP| + |D|), in float64."""
+    |scale| sqrt(sum_i (E_ij q_il)^2) for dK (summed over the query heads of a K/V head), with
+    E = P * (|dP| + |D|), in float64."""
     q, k, v, do = (t if isinstance(t, np.ndarray) else _np(t) for t in (q, k, v, do))
+    h_kv = k.shape[1]
+    if h_kv != q.shape[1]:
+        k, v = (np.repeat(t, q.shape[1] // h_kv, axis=1) for t in (k, v))
     with np.errstate(invalid="ignore"):
-        p = np.nan_to_num(reference.softmax(reference.scores(q, k, causal, sm_scale)))
+        p = np.nan_to_num(reference.softmax(reference.scores(q, k, causal, sm_scale,
+                                                             window=window)))
     dp = do @ np.swapaxes(v, -1, -2)
     d_row = np.sum(do * (p @ v), axis=-1, keepdims=True)
     e2 = (p * (np.abs(dp) + np.abs(d_row))) ** 2
     dq = abs(sm_scale) * np.sqrt(e2 @ k**2)
-    dk = abs(sm_scale) * np.sqrt(np.swapaxes(e2, -1, -2) @ q**2)
+    dk2 = np.swapaxes(e2, -1, -2) @ q**2
+    z, h, n, d = dk2.shape
+    dk = abs(sm_scale) * np.sqrt(dk2.reshape(z, h_kv, h // h_kv, n, d).sum(axis=2))
     return {"dq_cancellation": float(dq.max(initial=0.0)),
             "dk_cancellation": float(dk.max(initial=0.0))}
 
 
 def compare(q, k, v, do=None, causal: bool = False, sm_scale: float | None = None,
-            label: str = "") -> Errors:
+            label: str = "", window: tuple[int, int] = (-1, -1)) -> Errors:
     """Run ours, PyTorch and the float64 reference on these inputs and compare. With ``do``
     also the gradients dq, dk, dv of sum(O * do)."""
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-    o, lse = attention_forward(q, k, v, causal=causal, sm_scale=sm_scale)
+    o, lse = attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, window_size=window)
     o_ref, lse_ref = reference.attention(q, k, v, causal=causal, scale=sm_scale,
-                                         return_lse=True)
+                                         return_lse=True, window=window)
     leaves = [t.detach().clone().requires_grad_(do is not None) for t in (q, k, v)]
-    o_pt, lse_pt = torch_attention(*leaves, causal=causal, sm_scale=sm_scale)
+    o_pt, lse_pt = torch_attention(*leaves, causal=causal, sm_scale=sm_scale, window=window)
     ours = {"o": _max_abs(_np(o), o_ref), "lse": _max_abs(_np(lse), lse_ref)}
     theirs = {"o": _max_abs(_np(o_pt), o_ref), "lse": _max_abs(_np(lse_pt), lse_ref)}
     scale = {"o": float(np.max(np.abs(o_ref), initial=0.0)),
              "lse": float(np.max(np.abs(lse_ref[np.isfinite(lse_ref)]), initial=0.0))}
     if do is not None:
-        got = attention_backward(do, q, k, v, o, lse, causal=causal, sm_scale=sm_scale)
-        want = reference.attention_backward(q, k, v, do, causal=causal, scale=sm_scale)
+        got = attention_backward(do, q, k, v, o, lse, causal=causal, sm_scale=sm_scale,
+                                 window_size=window)
+        want = reference.attention_backward(q, k, v, do, causal=causal, scale=sm_scale,
+                                            window=window)
         pt = torch.autograd.grad(o_pt, leaves, do)
         for name, g, w, p in zip(("dq", "dk", "dv"), got, want, pt, strict=True):
             ours[name] = _max_abs(_np(g), w)
             theirs[name] = _max_abs(_np(p), w)
             scale[name] = float(np.max(np.abs(w), initial=0.0))
-        scale.update(cancellation_scale(q, k, v, do, causal, sm_scale))
+        scale.update(cancellation_scale(q, k, v, do, causal, sm_scale, window))
     return Errors(label, q.dtype, ours, theirs, scale, approx_exp=q.is_cuda)
 
 
 def measure(case: Case, device: str | torch.device, grads: bool = True) -> Errors:
     """:func:`compare` on the seeded inputs of one sweep case."""
     q, k, v, do = make_inputs(case, device)
-    return compare(q, k, v, do if grads else None, causal=case.causal, label=case.label())
+    return compare(q, k, v, do if grads else None, causal=case.causal, label=case.label(),
+                   window=case.window)
 
 
 def sweep_cases(size: str, dtypes: tuple[str, ...], seed: int = 0) -> list[Case]:
@@ -231,5 +252,27 @@ def sweep_cases(size: str, dtypes: tuple[str, ...], seed: int = 0) -> list[Case]
     return cases
 
 
-__all__ = ["Case", "Errors", "FACTOR", "compare", "measure", "make_inputs", "sweep_cases",
-           "torch_attention"]
+def model_cases(size: str, dtypes: tuple[str, ...]) -> list[Case]:
+    """The real-model sweep: grouped K/V heads (H / H_kv in {1, 2, 4} on the CPU, {1, 4, 8} on
+    a GPU; MQA included) and sliding windows that cut tiles in the middle, with ragged
+    N_q != N_k, causal and not."""
+    lengths = [(37, 45), (129, 64), (1, 70)] if size == "cpu" else \
+        [(37, 45), (129, 64), (1000, 1000), (700, 2048), (2048, 2048)]
+    dims = [16, 32, 40] if size == "cpu" else [64, 128, 80]
+    heads = [(4, 4), (4, 2), (4, 1)] if size == "cpu" else [(8, 8), (8, 2), (8, 1)]
+    windows = [(-1, -1), (10, 3), (0, 0), (33, -1), (-1, 5)] if size == "cpu" else \
+        [(-1, -1), (100, 20), (255, -1), (-1, 130)]
+    cases = []
+    for dtype in dtypes:
+        for i, (n_q, n_k) in enumerate(lengths):
+            for j, window in enumerate(windows):
+                h, h_kv = heads[(i + j) % len(heads)]
+                d = dims[(i + 2 * j) % len(dims)]
+                causal = bool((i + j) % 2) and window[1] == -1
+                cases.append(Case(2, h, n_q, n_k, d, causal, dtype, seed=100 + len(cases),
+                                  heads_kv=h_kv, window=window))
+    return cases
+
+
+__all__ = ["Case", "Errors", "FACTOR", "compare", "measure", "make_inputs", "model_cases",
+           "sweep_cases", "torch_attention"]

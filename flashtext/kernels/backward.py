@@ -85,9 +85,12 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, LSE, DELTA, stride_qm, stride_qd, stride_do
         m_ok = offs_m < N_Q
         # rows past N_Q read q = dO = 0 and lse = +inf, so their P is exactly 0
         if USE_TMA:  # the copy engine zero-fills columns past HEAD_DIM and rows past the tensor
-            if VARLEN:  # rows past this sequence (the next one's) get lse = +inf: P = 0
+            if VARLEN:  # rows past this sequence are the next one's: their P is 0 (lse =
+                # +inf), and zeroing them keeps an inf or NaN there from reaching dK, dV
                 q_t = tl.trans(Q.load([row0_q + start_m, off_h, 0]).reshape(BLOCK_M, BLOCK_D))
                 do = DO.load([row0_q + start_m, off_h, 0]).reshape(BLOCK_M, BLOCK_D)
+                q_t = tl.where(m_ok[None, :], q_t, 0.0)
+                do = tl.where(m_ok[:, None], do, 0.0)
             else:
                 q_t = tl.trans(Q.load([off_z, off_h, start_m, 0]).reshape(BLOCK_M, BLOCK_D))
                 do = DO.load([off_z, off_h, start_m, 0]).reshape(BLOCK_M, BLOCK_D)
@@ -220,6 +223,9 @@ def _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, str
             if VARLEN:
                 k = K.load([row0_k + start_n, off_kh, 0]).reshape(BLOCK_N, BLOCK_D)
                 v = V.load([row0_k + start_n, off_kh, 0]).reshape(BLOCK_N, BLOCK_D)
+                if MASKED:  # the next sequence's rows: 0, so that 0 * (inf or NaN) cannot occur
+                    k = tl.where(n_ok[:, None], k, 0.0)
+                    v = tl.where(n_ok[:, None], v, 0.0)
             else:
                 k = K.load([off_z, off_kh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
                 v = V.load([off_z, off_kh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
@@ -238,8 +244,6 @@ def _dq_inner(dq, q, do, lse2, delta, K, V, stride_kn, stride_kd, stride_vn, str
         p = tl.math.exp2(qk - lse2[:, None])  # P recomputed from the saved lse
         dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
         ds = p * (dp - delta[:, None])
-        if MASKED:  # a hidden key's V row may be another sequence's: its dS must be exactly 0
-            ds = tl.where(p > 0.0, ds, 0.0)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=INPUT_PRECISION)
     return dq
 

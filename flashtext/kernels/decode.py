@@ -249,23 +249,47 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     scale, capacity = _validate(q, k_cache, v_cache, cache_seqlens, block_table, sm_scale,
                                 num_splits, causal, check_inputs)
     batch, heads, n_new, d = q.shape
-    h_kv = k_cache.shape[1]
-    group = heads // h_kv
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((batch, heads, n_new), dtype=torch.float32, device=q.device)
     if out.is_meta or out.numel() == 0:
         return (out, lse) if return_lse else out
-    block_m, block_n, warps, stages = _blocks(d, group * n_new)
-    row_blocks = triton.cdiv(group * n_new, block_m)
     if num_splits is None:
-        sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
-               if q.is_cuda else 132)
-        # two programs fit on an SM at these tile sizes: fill both slots
-        num_splits = choose_num_splits(batch, h_kv, row_blocks * block_m, capacity,
-                                       sms=2 * sms, block_m=block_m, block_n=block_n)
+        num_splits = default_splits(q, k_cache.shape[1], capacity)
+    if num_splits == 1:  # one chunk: the partial is the answer, written in place
+        _launch_partials(q, k_cache, v_cache, cache_seqlens, block_table, scale, 1, causal,
+                         capacity, out, lse)
+        return (out, lse) if return_lse else out
+    o_part, l_part = _launch_partials(q, k_cache, v_cache, cache_seqlens, block_table, scale,
+                                      num_splits, causal, capacity)
+    _decode_combine[(n_new, batch * heads)](
+        o_part, l_part, out, lse, num_splits, heads, n_new, *o_part.stride()[:4],
+        *out.stride(), HEAD_DIM=d, BLOCK_D=block_d(d),
+        BLOCK_S=max(2, triton.next_power_of_2(num_splits)), num_warps=4)
+    return (out, lse) if return_lse else out
+
+
+def default_splits(q: torch.Tensor, h_kv: int, n_k: int) -> int:
+    """The key split :func:`flash_decode` uses for ``q`` against ``n_k`` keys of ``h_kv`` heads:
+    enough programs to fill the GPU (two per SM fit at these tile sizes)."""
+    batch, heads, n_new, d = q.shape
+    block_m, block_n, _, _ = _blocks(d, heads // h_kv * n_new)
+    rows = triton.cdiv(heads // h_kv * n_new, block_m) * block_m
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
+    return choose_num_splits(batch, h_kv, rows, n_k, sms=2 * sms, block_m=block_m,
+                             block_n=block_n)
+
+
+def _launch_partials(q, k_cache, v_cache, cache_seqlens, block_table, scale, num_splits, causal,
+                     capacity, out=None, lse=None):
+    """Launch 1: per-split normalised outputs (batch, heads, splits, N_new, d) and lses (batch,
+    heads, splits, N_new) in float32, or, given ``out`` and ``lse`` with one split, the answer."""
+    batch, heads, n_new, d = q.shape
+    h_kv = k_cache.shape[1]
+    group = heads // h_kv
+    block_m, block_n, warps, stages = _blocks(d, group * n_new)
     # chunks are whole key blocks, so every program but the last loads full tiles
     chunk = block_n * triton.cdiv(triton.cdiv(capacity, num_splits), block_n)
-    if num_splits == 1:
+    if out is not None:
         o_part, l_part = out, lse
         o_strides = (out.stride(0), out.stride(1), 0, out.stride(2), out.stride(3))
         l_strides = (lse.stride(0), lse.stride(1), 0)
@@ -276,19 +300,29 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                              device=q.device)
         o_strides, l_strides = o_part.stride(), l_part.stride()[:3]
     table = block_table if block_table is not None else cache_seqlens  # unused when dense
-    _decode_partial[(num_splits, batch * h_kv, row_blocks)](
+    _decode_partial[(num_splits, batch * h_kv, triton.cdiv(group * n_new, block_m))](
         q, k_cache, v_cache, o_part, l_part, cache_seqlens, table, scale * LOG2E,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *o_strides, *l_strides,
         table.stride(0), h_kv, group, n_new, chunk, k_cache.shape[2],
         CAUSAL=causal, PAGED=block_table is not None, HEAD_DIM=d, BLOCK_D=block_d(d),
         BLOCK_M=block_m, BLOCK_N=block_n, INPUT_PRECISION=input_precision(q.dtype),
         num_warps=warps, num_stages=stages)
-    if num_splits > 1:
-        _decode_combine[(n_new, batch * heads)](
-            o_part, l_part, out, lse, num_splits, heads, n_new, *o_part.stride()[:4],
-            *out.stride(), HEAD_DIM=d, BLOCK_D=block_d(d),
-            BLOCK_S=max(2, triton.next_power_of_2(num_splits)), num_warps=4)
-    return (out, lse) if return_lse else out
+    return o_part, l_part
 
 
-__all__ = ["flash_decode"]
+def decode_partials(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    cache_seqlens: torch.Tensor, num_splits: int,
+                    block_table: torch.Tensor | None = None, sm_scale: float | None = None,
+                    causal: bool = True, check_inputs: bool = True,
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch 1 alone, for checking a chunk: (outputs (batch, heads, splits, N_new, d), lses
+    (batch, heads, splits, N_new)), float32, each split normalised on its own."""
+    scale, capacity = _validate(q, k_cache, v_cache, cache_seqlens, block_table, sm_scale,
+                                num_splits, causal, check_inputs)
+    if num_splits is None:
+        raise ValueError("num_splits must be a positive int, got None")
+    return _launch_partials(q, k_cache, v_cache, cache_seqlens, block_table, scale, num_splits,
+                            causal, capacity)
+
+
+__all__ = ["decode_partials", "default_splits", "flash_decode"]

@@ -68,6 +68,8 @@ def _fwd_inner(acc, l_i, m_i, q, K, V, stride_kn, stride_kd, stride_vn, stride_v
             if VARLEN:
                 k = K.load([row0_k + start_n, off_kh, 0]).reshape(BLOCK_N, BLOCK_D)
                 v = V.load([row0_k + start_n, off_kh, 0]).reshape(BLOCK_N, BLOCK_D)
+                if MASKED:  # rows past this sequence are the next one's: P is 0 there, but
+                    v = tl.where(n_ok[:, None], v, 0.0)  # 0 * inf or NaN would not be
             else:
                 k = K.load([off_z, off_kh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
                 v = V.load([off_z, off_kh, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
