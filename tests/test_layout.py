@@ -133,6 +133,24 @@ def test_recordings_md_says_how_to_run_every_script():
 RUN_OUTPUTS = {"flashtext/data/bench_h200.json"}  # make bench -> bench_h200_vN.json
 
 
+def owed_recordings() -> set[str]:
+    """What RECORDINGS.md's table of scripts says a script writes but has not run yet: a
+    chapter may name such a file (and say it is not recorded yet) before it exists."""
+    owed = set()
+    for line in RECORDINGS.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and "not run yet" in cells[3]:
+            owed |= {f"flashtext/data/{name}.json" for name in re.findall(r"`(\w+)`", cells[2])}
+    return owed
+
+
+def test_an_owed_recording_is_not_there_yet():
+    owed = owed_recordings()
+    assert "flashtext/data/ring_nccl_h200.json" in owed  # the parser reads the table
+    assert [p for p in sorted(owed) if (ROOT / p).exists()] == [], \
+        "recorded: say when and how long in RECORDINGS.md instead of 'not run yet'"
+
+
 def named_paths(text: str) -> set[str]:
     """Repository paths of recordings a document names, globs included (``x_*.json``)."""
     return set(re.findall(r"(?:flashtext/data|scripts/records)/[\w*]+\.json", text))
@@ -143,7 +161,7 @@ def named_paths(text: str) -> set[str]:
 def test_every_recording_a_document_names_exists(doc):
     text = ("\n".join(chapter_sources().values()) if doc == "chapters"
             else (ROOT / doc).read_text())
-    missing = [p for p in sorted(named_paths(text) - RUN_OUTPUTS)
+    missing = [p for p in sorted(named_paths(text) - RUN_OUTPUTS - owed_recordings())
                if "NAME" not in p and not list(ROOT.glob(p))]
     assert missing == [], f"{doc} names recordings that are not there"
 
