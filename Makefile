@@ -40,15 +40,28 @@ TEST_ENV := FLASHTEXT_STATIC=1 PYTHONHASHSEED=0 OMP_NUM_THREADS=1 OPENBLAS_NUM_T
         record-accuracy clean
 
 help:
-	@echo "make lab          open the book in JupyterLab (creates the environment first)"
-	@echo "make test         lint + unit tests + every notebook under nbval (+ browser test if chromium)"
-	@echo "make progress     which exercises you have done"
-	@echo "make bench        benchmark the kernel against SDPA/FlexAttention (GPU; CPU: quick check)"
-	@echo "make notebooks    re-execute every chapter in place (authors)"
-	@echo "make wheelhouse   gather wheels for an offline GPU runner (run where pip has network)"
-	@echo "make test-browser run every chapter in real JupyterLab in headless Chromium"
-	@echo "make book         build the book as an offline website in build/book/ (open index.html)"
-	@echo "make test-book    build it, then open every page in headless Chromium, offline"
+	@echo "Reading the book"
+	@echo "  make lab              open the book in JupyterLab (creates the environment first)"
+	@echo "  make progress         which exercises you have done"
+	@echo "  make book             build the book as an offline website in build/book/ (open index.html)"
+	@echo "Testing"
+	@echo "  make test             lint + unit tests + every notebook under nbval (+ browser test if chromium)"
+	@echo "  make test-fast        unit tests only (no lint, no notebooks)"
+	@echo "  make lint             ruff over flashtext, solutions, tests, tools, scripts, chapters"
+	@echo "  make test-browser     run every chapter in real JupyterLab in headless Chromium"
+	@echo "  make test-browser-if-possible  the browser test where chromium and playwright exist, else a note"
+	@echo "  make test-book        build the website, then open every page in headless Chromium, offline"
+	@echo "  make test-book-if-possible     the website test where chromium and playwright exist, else a note"
+	@echo "Measuring (GPU)"
+	@echo "  make bench            benchmark the kernel against SDPA/FlexAttention (BENCH_ARGS=...; CPU: quick check)"
+	@echo "  make bench-quick      the benchmark's CPU smoke test: tiny shapes, no timing claims"
+	@echo "  make record-accuracy  the kernels' correctness sweep against float64 -> flashtext/data/accuracy_*.json"
+	@echo "Authors and runners"
+	@echo "  make env              create the environment (.venv, or .gpu-site on a GPU runner) if missing"
+	@echo "  make notebooks        re-execute every chapter in place (NB=chapters/NN_x.ipynb for one)"
+	@echo "  make wheelhouse       gather wheels for an offline GPU runner (run where pip has network)"
+	@echo "  make clean            remove the environment, caches and artifacts/"
+	@echo "  make help             this list"
 
 env: $(READY)
 

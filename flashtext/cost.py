@@ -47,11 +47,6 @@ def block_sizes(m_elements: int, d: int) -> tuple[int, int]:
     return bc, min(bc, d)
 
 
-def arithmetic_intensity(flops: float, bytes_moved: float) -> float:
-    """FLOPs per byte of memory traffic."""
-    return flops / bytes_moved
-
-
 # ------------------------------------------------------------------ FlashAttention-1 (chapters 4-6)
 # Algorithm 1 of arXiv 2205.14135, batch size 1, one head. Everything is counted in elements.
 

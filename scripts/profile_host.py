@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_kernels: the inputs
+# appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-import tune_kernels  # noqa: E402
+from flashtext.bench.workload import DTYPES, attention_call, inputs  # noqa: E402
 
 VARIANTS = ("descriptors", "pointers")
 
@@ -94,35 +94,35 @@ def launch_cost(d: int = 128, n: int = 512, calls: int = 150) -> dict:
     """Host microseconds per launch of the forward kernel: through Triton's JIT entry point
     (``kernel[grid](...)``: argument binding, specialisation, cache lookup) and through the
     compiled kernel's own launcher, the path ``flashtext.kernels.launcher.launch`` reuses.
-    Both launch the same compiled kernel on the same arguments; the outputs must agree."""
+    Both launch the same compiled kernel on the arguments the library's causal forward passes
+    (recorded from ``forward()``, so they follow the kernel); the outputs must agree."""
     import torch
-    import triton
 
-    from flashtext.kernels import descriptors
+    from flashtext.bench.static_compile import recorded_launches
     from flashtext.kernels import forward as fwd
 
-    q, k, v, _ = tune_kernels._inputs("float16", d, n, True)
-    z, h = q.shape[:2]
-    o, o2 = torch.empty_like(q), torch.empty_like(q)
-    lse = torch.empty((z, h, n), dtype=torch.float32, device=q.device)
-    grid = (triton.cdiv(n, 128), z * h)
-    args = [q, descriptors.descriptor(k, 128), descriptors.descriptor(v, 128), o, lse, 0.088,
-            *q.stride(), *k.stride(), *v.stride(), *o.stride(), h, n, n]
-    consts = dict(HEAD_DIM=d, BLOCK_D=fwd.block_d(d), CAUSAL=True, INPUT_PRECISION="tf32",
-                  NEGATE_Q=False, USE_TMA=True, BLOCK_M=128, BLOCK_N=128)
-    opts = dict(num_warps=8, num_stages=3)
-    compiled = fwd._attn_fwd[grid](*args, **consts, **opts)
-    names = fwd._attn_fwd.arg_names[len(args):]
+    q, k, v, _ = inputs("float16", d, n)
+    with recorded_launches([fwd]) as seen:
+        fwd.forward(q, k, v, True, d ** -0.5)
+    (launch,) = seen
+    kernel, grid, meta = launch.fn, launch.grid, launch.constexprs
+    opts = dict(num_warps=launch.num_warps, num_stages=launch.num_stages)
+    args = list(launch.args)
+    out = fwd._attn_fwd.arg_names.index("O")
+    compiled = kernel[grid](*args, **meta, **opts)
+    names = kernel.arg_names[len(args):]
     runner = compiled[(*grid, 1)]
 
-    jit_us = host_us(lambda: fwd._attn_fwd[grid](*args, **consts, **opts), calls, int(3e8))
+    jit_us = host_us(lambda: kernel[grid](*args, **meta, **opts), calls, int(3e8))
     args2 = list(args)
-    args2[3] = o2
-    compiled_us = host_us(lambda: runner(*args2, *(consts[name] for name in names)), calls,
+    args2[out] = torch.empty_like(args[out])
+    compiled_us = host_us(lambda: runner(*args2, *(meta[name] for name in names)), calls,
                           int(3e8))
     torch.cuda.synchronize()
-    assert torch.equal(o, o2), "the compiled kernel's launcher gave another output"
-    return {"d": d, "n": n, "jit_launch_us": jit_us, "compiled_launch_us": compiled_us}
+    assert torch.equal(args[out], args2[out]), "the compiled kernel's launcher gave another output"
+    return {"d": d, "n": n, "config": {"BLOCK_M": meta["BLOCK_M"], "BLOCK_N": meta["BLOCK_N"],
+                                       **opts, "tma": meta.get("USE_TMA")},
+            "jit_launch_us": jit_us, "compiled_launch_us": compiled_us}
 
 
 def host_pieces(d: int = 128, n: int = 512, causal: bool = True, calls: int = 150) -> dict:
@@ -139,7 +139,7 @@ def host_pieces(d: int = 128, n: int = 512, causal: bool = True, calls: int = 15
     from flashtext.kernels import config as _config
     from flashtext.kernels import forward as fwd
 
-    q, k, v, do = tune_kernels._inputs("float16", d, n, causal)
+    q, k, v, do = inputs("float16", d, n)
     z, h, n_q, _ = q.shape
     scale = d ** -0.5
     cfg = _config.launch_config("fwd", d, 2, causal, n, n)
@@ -208,7 +208,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, nargs="+", default=[128])
     ap.add_argument("--n", type=int, nargs="+", default=[512, 4096])
-    ap.add_argument("--dtype", default="fp16")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp16")
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--cprofile", type=int, default=0, metavar="N")
@@ -221,7 +221,7 @@ def main() -> None:
     ap.add_argument("--name", default=None,
                     help="save the rows as flashtext/data/NAME.json (e.g. host_h200)")
     args = ap.parse_args()
-    dtype = tune_kernels.DTYPES[args.dtype]
+    dtype = DTYPES[args.dtype]
     rows = []
     for variant in args.variants:
         _set_loads(variant)
@@ -229,7 +229,7 @@ def main() -> None:
             for n in args.n:
                 for causal in (False, True):
                     for mode in ("fwd", "fwd_bwd"):
-                        call = tune_kernels.attention_call(dtype, d, n, causal, mode)
+                        call = attention_call(dtype, d, n, causal, mode)
                         r = measure(call, args.calls)
                         r.update(loads=variant, d=d, n=n, causal=causal, mode=mode)
                         rows.append(r)
@@ -239,7 +239,7 @@ def main() -> None:
     profile = None
     if args.cprofile:
         _set_loads("descriptors")
-        profile = host_profile(tune_kernels.attention_call(dtype, args.d[0], args.n[0], True),
+        profile = host_profile(attention_call(dtype, args.d[0], args.n[0], True),
                                args.cprofile)
         print(profile)
     pieces = None
@@ -250,7 +250,7 @@ def main() -> None:
             print(f"{us:9.1f} us  {name}")
     launch = launch_cost() if args.launch else None
     if launch:
-        print(f"one forward launch (d=128, N=512): Triton's JIT entry "
+        print(f"one forward launch (d=128, N=512, causal): Triton's JIT entry "
               f"{launch['jit_launch_us']} us, the compiled kernel's launcher "
               f"{launch['compiled_launch_us']} us of host time")
     if args.name:

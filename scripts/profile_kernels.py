@@ -14,17 +14,17 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_kernels: the inputs
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: variants win
+# appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-import tune_kernels  # noqa: E402
+from flashtext.bench import workload  # noqa: E402
 
 
 def profile_one(d: int, n: int, dtype: str, causal: bool, calls: int = 10) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    call = tune_kernels.attention_call(tune_kernels.DTYPES[dtype], d, n, causal)
+    call = workload.attention_call(workload.DTYPES[dtype], d, n, causal)
     for _ in range(3):
         call()
     torch.cuda.synchronize()
@@ -52,7 +52,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, nargs="+", default=[128])
     ap.add_argument("--n", type=int, nargs="+", default=[4096])
-    ap.add_argument("--dtype", default="fp16")
+    ap.add_argument("--dtype", choices=sorted(workload.DTYPES), default="fp16")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args()
     rows = [profile_one(d, n, args.dtype, causal)

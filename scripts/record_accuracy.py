@@ -18,7 +18,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 import flashtext  # noqa: E402  (decides compiled GPU vs interpreter before triton loads)
 from flashtext import recorded  # noqa: E402

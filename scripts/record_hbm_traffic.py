@@ -24,26 +24,20 @@ H200.
 from __future__ import annotations
 
 import argparse
-import csv
-import glob
-import io
-import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+# appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+
+from flashtext.bench import ncu as nsight  # noqa: E402
+
 BATCH, HEADS = 4, 16
 CONFIGS = [(impl, n, d) for d in (64, 128) for n in (1024, 2048, 4096, 8192)
            for impl in ("naive", "flash")]
 METRICS = ["dram__bytes_read.sum", "dram__bytes_write.sum"]
 OPTIONAL_METRICS = ["lts__t_bytes.sum"]
-UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
-         "kibyte": 1024, "mibyte": 1024**2, "gibyte": 1024**3}
 
 
 def _require_cuda():
@@ -91,7 +85,7 @@ def driver() -> None:
         order.append({"impl": impl, "n": n, "d": d})
         del q, k, v
         torch.cuda.empty_cache()
-    print("DRIVER-ORDER " + json.dumps(order), flush=True)
+    nsight.announce_order(order)
 
 
 def time_configs(torch) -> dict[tuple[str, int, int], float]:
@@ -114,87 +108,14 @@ def time_configs(torch) -> dict[tuple[str, int, int], float]:
     return out
 
 
-def find_ncu() -> str | None:
-    found = shutil.which("ncu")
-    if found:
-        return found
-    for pattern in ("/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/bin/ncu",
-                    "/usr/local/cuda*/nsight-compute*/ncu", "/opt/nvidia/nsight-compute/ncu"):
-        hits = sorted(glob.glob(pattern))
-        if hits:
-            return hits[-1]
-    return None
-
-
-def _number(text: str) -> float:
-    return float(text.replace(",", "").strip() or "nan")
-
-
-def parse_raw_csv(text: str, metrics: list[str]) -> list[dict]:
-    """Rows of ncu's raw page (one per kernel): name, stream, and each metric in bytes."""
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    if len(rows) < 2:
-        raise ValueError("ncu printed no kernel rows")
-    header, units = rows[0], rows[1]
-    name_col = header.index("Kernel Name" if "Kernel Name" in header else "Function Name")
-    has_units = units[name_col] == ""
-    body = rows[2:] if has_units else rows[1:]
-    kernels = []
-    for row in body:
-        rec = {"kernel": row[name_col], "stream": row[header.index("Stream")]}
-        for m in metrics:
-            if m in header:
-                col = header.index(m)
-                scale = UNITS.get(units[col].strip().lower(), 1) if has_units else 1
-                rec[m] = _number(row[col]) * scale
-        kernels.append(rec)
-    return kernels
-
-
 def run_ncu(ncu: str) -> dict:
-    me = str(Path(__file__).resolve())
-    err = "not run"
-    # Fall back step by step: without the optional L2 metric, then without --print-units (older
-    # ncu); parse_raw_csv converts from the unit row in that case.
+    """This script as the driver under ncu. Falls back step by step: without the optional L2
+    metric, then without --print-units (older ncu; the unit row is converted instead)."""
+    driver = [sys.executable, str(Path(__file__).resolve()), "--driver"]
     attempts = [(METRICS + OPTIONAL_METRICS, ["--print-units", "base"]),
                 (METRICS, ["--print-units", "base"]), (METRICS, [])]
-    for metrics, units in attempts:
-        with tempfile.TemporaryDirectory() as tmp:
-            log = os.path.join(tmp, "ncu.csv")
-            cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off",
-                   "--metrics", ",".join(metrics), "--csv", "--page", "raw", *units,
-                   "--log-file", log, sys.executable, me, "--driver"]
-            t0 = time.time()
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
-            elapsed = time.time() - t0
-            text = Path(log).read_text() if os.path.exists(log) else ""
-        order_line = [ln for ln in proc.stdout.splitlines() if ln.startswith("DRIVER-ORDER ")]
-        if proc.returncode == 0 and order_line and text.strip():
-            try:
-                kernels = parse_raw_csv(text, metrics)
-            except (ValueError, IndexError) as exc:
-                err = f"could not parse ncu output: {exc}; head: {text[:800]}"
-                continue
-            order = json.loads(order_line[0].removeprefix("DRIVER-ORDER "))
-            return {"ok": True, "command": " ".join(cmd[:-5]), "metrics": metrics,
-                    "seconds": round(elapsed, 1), "kernels": kernels, "order": order}
-        err = (f"ncu exited {proc.returncode}; stderr tail: {proc.stderr[-1500:]}; "
-               f"stdout tail: {proc.stdout[-800:]}; log head: {text[:800]}")
-    return {"ok": False, "error": err}
-
-
-def group_by_stream(kernels: list[dict], n_configs: int) -> list[list[dict]]:
-    """Consecutive kernels on the same stream belong to one configuration."""
-    groups: list[list[dict]] = []
-    for k in kernels:
-        if groups and groups[-1][0]["stream"] == k["stream"]:
-            groups[-1].append(k)
-        else:
-            groups.append([k])
-    if len(groups) != n_configs:
-        raise ValueError(f"expected {n_configs} stream groups, found {len(groups)}")
-    return groups
+    return nsight.profile(ncu, driver, attempts, options=["--clock-control", "none"],
+                          timeout=200)
 
 
 def measure() -> dict:
@@ -205,14 +126,14 @@ def measure() -> dict:
     torch = _require_cuda()
     t0 = time.time()
     timings = time_configs(torch)
-    ncu = find_ncu()
+    ncu = nsight.find_ncu()
     result = {"ok": False, "error": "ncu not found (PATH, /opt/nvidia/nsight-compute/*, "
                                     "/usr/local/cuda*/bin)"} if ncu is None else run_ncu(ncu)
     rows = []
     grouped = None
     if result["ok"]:
         try:
-            grouped = group_by_stream(result["kernels"], len(CONFIGS))
+            grouped = nsight.group_by_stream(result["kernels"], len(CONFIGS))
         except ValueError as exc:
             result = {**result, "ok": False, "error": f"{exc}; raw kernels kept"}
     for idx, (impl, n, d) in enumerate(CONFIGS):
@@ -226,9 +147,8 @@ def measure() -> dict:
         rows.append(row)
     ncu_info = {k: v for k, v in result.items() if k != "kernels" or grouped is None}
     if ncu is not None:
-        ver = subprocess.run([ncu, "--version"], capture_output=True, text=True)
         ncu_info["path"] = ncu
-        ncu_info["version"] = ver.stdout.strip().splitlines()[-1] if ver.stdout else "unknown"
+        ncu_info["version"] = nsight.ncu_version(ncu)
     return {
         "what": "DRAM bytes moved by one forward attention call, summed over its kernels",
         "naive": "torch.matmul(Q, K^T) -> torch.softmax -> torch.matmul(P, V), fp16, Q pre-scaled",
@@ -240,7 +160,6 @@ def measure() -> dict:
 
 
 def main() -> None:
-    sys.path.insert(0, str(ROOT))
     from flashtext import recorded
 
     payload = measure()

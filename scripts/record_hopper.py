@@ -66,8 +66,8 @@ if __name__ == "__main__":
     else:  # a fresh cache, so every kernel launched is compiled (and kept) here
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="flashtext_hopper_cache_")
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 import flashtext  # noqa: E402,F401  (before triton: decides TRITON_INTERPRET)
 

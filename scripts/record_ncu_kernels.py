@@ -17,20 +17,14 @@ If ncu is missing or cannot read the counters, the JSON says so and nothing is i
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # record_hbm_traffic: ncu helpers
-sys.path.append(str(ROOT))  # after PYTHONPATH: a probe tree's flashtext wins
+# appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-import record_hbm_traffic as hbm  # noqa: E402
-import tune_kernels  # noqa: E402
+from flashtext.bench import ncu as nsight  # noqa: E402
+from flashtext.bench import workload  # noqa: E402
 
 STALLS = ["long_scoreboard", "short_scoreboard", "wait", "barrier", "math_pipe_throttle",
           "mio_throttle", "lg_throttle", "not_selected", "selected", "no_instruction",
@@ -60,7 +54,7 @@ def driver(ds: list[int], ns: list[int]) -> None:
 
     order = []
     for d, n, causal in configs(ds, ns):
-        q, k, v, do = tune_kernels._inputs("float16", d, n, causal)
+        q, k, v, do = workload.inputs("float16", d, n)
         q, k, v = (t.requires_grad_() for t in (q, k, v))
         stream = torch.cuda.Stream()
         with torch.cuda.stream(stream):
@@ -74,34 +68,17 @@ def driver(ds: list[int], ns: list[int]) -> None:
         order.append({"d": d, "n": n, "causal": causal})
         del q, k, v, do
         torch.cuda.empty_cache()
-    print("DRIVER-ORDER " + json.dumps(order), flush=True)
+    nsight.announce_order(order)
 
 
 def run_ncu(ncu: str, ds: list[int], ns: list[int]) -> dict:
-    me = str(Path(__file__).resolve())
-    err = "not run"
-    for metrics in (METRICS + OPTIONAL, METRICS):
-        with tempfile.TemporaryDirectory() as tmp:
-            log = os.path.join(tmp, "ncu.csv")
-            cmd = [ncu, "--profile-from-start", "off", "--kernel-name", "regex:_attn_",
-                   "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units",
-                   "base", "--log-file", log, sys.executable, me, "--driver",
-                   "--d", *map(str, ds), "--n", *map(str, ns)]
-            t0 = time.time()
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
-            text = Path(log).read_text() if os.path.exists(log) else ""
-        order = [ln for ln in proc.stdout.splitlines() if ln.startswith("DRIVER-ORDER ")]
-        if proc.returncode == 0 and order and text.strip():
-            try:
-                kernels = hbm.parse_raw_csv(text, metrics)
-            except (ValueError, IndexError) as exc:
-                err = f"could not parse ncu output: {exc}; head: {text[:800]}"
-                continue
-            return {"ok": True, "metrics": metrics, "seconds": round(time.time() - t0, 1),
-                    "kernels": kernels, "order": json.loads(order[0].split(" ", 1)[1])}
-        err = (f"ncu exited {proc.returncode}; stderr tail: {proc.stderr[-1500:]}; "
-               f"stdout tail: {proc.stdout[-800:]}; log head: {text[:800]}")
-    return {"ok": False, "error": err}
+    """This script as the driver under ncu, our kernels only; without the optional metrics if
+    this ncu or GPU lacks them."""
+    driver = [sys.executable, str(Path(__file__).resolve()), "--driver",
+              "--d", *map(str, ds), "--n", *map(str, ns)]
+    units = ["--print-units", "base"]
+    return nsight.profile(ncu, driver, [(METRICS + OPTIONAL, units), (METRICS, units)],
+                          options=["--kernel-name", "regex:_attn_"], timeout=500)
 
 
 def summarize(kernel: dict) -> dict:
@@ -136,13 +113,13 @@ def main() -> None:
         raise SystemExit("record_ncu_kernels.py profiles a CUDA GPU; this machine has none.")
     from flashtext import recorded
 
-    ncu = hbm.find_ncu()
+    ncu = nsight.find_ncu()
     result = {"ok": False, "error": "ncu not found"} if ncu is None else \
         run_ncu(ncu, args.d, args.n)
     groups = []
     if result["ok"]:
         try:
-            groups = hbm.group_by_stream(result["kernels"], len(result["order"]))
+            groups = nsight.group_by_stream(result["kernels"], len(result["order"]))
         except ValueError as exc:
             result = {**result, "ok": False, "error": f"{exc}; raw kernels kept"}
     rows = [{**cfg, "kernels": [summarize(k) for k in ks]}

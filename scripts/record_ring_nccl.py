@@ -35,8 +35,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 # NVLink multicast (NVLS) off, for the ring's plain point-to-point sends; set before any process
 # group exists (spawned ranks inherit the environment)

@@ -3,14 +3,14 @@
     TRITON_INTERPRET=0 python scripts/spill_report.py [--d 64 128] [--out spills_sm90]
 
 Compiles (never runs) the forward, dK/dV and dQ kernels of whatever ``flashtext`` is first on the
-import path, for every launch configuration ``scripts/tune_kernels.py`` searches, fp16, both
-masks, with the installed Triton, and asks Triton's bundled ``ptxas -v`` how many registers each
-thread uses and how many bytes it spills to local memory. A spilled value lives in local memory
-(L1, then L2), so spills inside the main loop cost bandwidth and latency the tensor cores then
-wait on. This is a static count from the compiler, not a measurement on a GPU; it points at what
-the GPU should be asked next. Set TRITON_INTERPRET=0 (on a machine without a GPU flashtext
-otherwise turns the interpreter on, and an interpreted kernel cannot be compiled). Runtime
-about 5 minutes on 2 CPU cores.
+import path, for every launch configuration ``scripts/tune_kernels.py`` searches
+(:func:`flashtext.bench.tuning.candidates`), fp16, both masks, with the installed Triton, and
+asks Triton's bundled ``ptxas -v`` how many registers each thread uses and how many bytes it
+spills to local memory. A spilled value lives in local memory (L1, then L2), so spills inside
+the main loop cost bandwidth and latency the tensor cores then wait on. This is a static count
+from the compiler, not a measurement on a GPU; it points at what the GPU should be asked next.
+Set TRITON_INTERPRET=0 (on a machine without a GPU flashtext otherwise turns the interpreter on,
+and an interpreted kernel cannot be compiled). Runtime about 5 minutes on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_kernels: the candidates
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: probe trees win
+# appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-import tune_kernels  # noqa: E402
+from flashtext.bench import static_compile, tuning  # noqa: E402
 
 
 def ptxas_path() -> str:
@@ -53,36 +53,11 @@ def ptxas_report(ptx: str) -> dict:
 
 
 def compile_one(kernel: str, cfg: tuple[int, int, int, int], d: int, causal: bool) -> dict:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from flashtext.kernels import backward, forward
-    from flashtext.kernels.config import block_d
-
-    fn = {"fwd": forward._attn_fwd, "bwd_dkdv": backward._attn_bwd_dkdv,
-          "bwd_dq": backward._attn_bwd_dq}[kernel]
-    bm, bn, warps, stages = cfg
-    const = {"HEAD_DIM": d, "BLOCK_D": block_d(d), "BLOCK_M": bm, "BLOCK_N": bn,
-             "CAUSAL": causal, "INPUT_PRECISION": "tf32"}
-    # the plain-load path (USE_TMA=False): a tensor descriptor's signature type needs its
-    # block shape spelled out, and the registers of the loop body are what this report is for
-    const["USE_TMA"] = False
-    if kernel == "fwd":
-        const["NEGATE_Q"] = False
-    pointers = {"LSE": "*fp32", "DELTA": "*fp32"}
-    sig = {}
-    for name in fn.arg_names:
-        if name in const:
-            sig[name] = "constexpr"
-        elif name == "sm_scale":
-            sig[name] = "fp32"
-        elif name.startswith("stride_") or name in ("H", "N_Q", "N_K"):
-            sig[name] = "i32"
-        else:
-            sig[name] = pointers.get(name, "*fp16")
-    compiled = triton.compile(ASTSource(fn, sig, const), target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": warps, "num_stages": stages})
+    """Registers, spills, shared memory and WGMMA count of ``kernel`` with launch configuration
+    ``cfg``, compiled for sm_90a as the library launches it (plain loads: the loop body's
+    registers are what this report is for)."""
+    launch = static_compile.launch_arguments(kernel, cfg, d, causal)
+    compiled = static_compile.compile_kernel(launch, capability=90)
     ptx = compiled.asm["ptx"]
     return {"kernel": kernel, "config": list(cfg), "d": d, "causal": causal,
             "shared_bytes": compiled.metadata.shared,
@@ -92,7 +67,7 @@ def compile_one(kernel: str, cfg: tuple[int, int, int, int], d: int, causal: boo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, nargs="+", default=[64, 128])
-    ap.add_argument("--kernels", nargs="+", default=["fwd", "bwd_dkdv", "bwd_dq"])
+    ap.add_argument("--kernels", nargs="+", choices=tuning.KERNELS, default=list(tuning.KERNELS))
     ap.add_argument("--out", default="spills_sm90")
     args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -104,7 +79,7 @@ def main() -> None:
     rows = []
     for kernel in args.kernels:
         for d in args.d:
-            configs = tune_kernels.candidates(kernel, d)
+            configs = tuning.candidates(kernel, d)
             for cfg in configs:
                 for causal in (False, True):
                     try:

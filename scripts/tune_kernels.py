@@ -13,75 +13,16 @@ fill Triton's on-disk cache; timing then runs in one process, one kernel at a ti
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-# appended, not inserted: a flashtext tree on PYTHONPATH (scripts/probe_variants.py runs each
-# variant so, and profile_kernels.py imports this module) must win over this checkout's
+# appended: a flashtext tree first on PYTHONPATH (scripts/probe_variants.py) wins over the checkout
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
-
-
-def candidates(kernel: str, d: int) -> list[tuple[int, int, int, int]]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) worth trying for ``kernel``."""
-    if kernel == "fwd":
-        blocks = [(64, 64), (128, 64), (128, 128), (64, 128)]
-    elif kernel == "bwd_dkdv":  # BLOCK_N keys per program, loop over BLOCK_M query rows
-        blocks = [(32, 128), (64, 128), (64, 64), (32, 64)]
-    else:  # bwd_dq: BLOCK_M query rows per program, loop over BLOCK_N keys
-        blocks = [(128, 32), (128, 64), (64, 64), (64, 32)]
-    out = []
-    for (bm, bn), warps, stages in itertools.product(blocks, (4, 8), (2, 3, 4)):
-        if bm * bn < 64 * 128 and warps == 8 and not (kernel == "bwd_dkdv" and bn == 64):
-            continue  # small tiles cannot feed 8 warps; but a dK/dV program holds two
-            # BLOCK_N x d accumulators, and 8 warps halve the registers each thread needs for
-            # them (scripts/spill_report.py: 64 x 64 tiles spill 1.7 KB with 4 warps, 0.2 with 8)
-        if d >= 128 and stages == 4 and bm * bn >= 128 * 128:
-            continue  # does not fit in shared memory
-        out.append((bm, bn, warps, stages))
-    return out
-
-
-def _with_tma(configs: list[tuple], tma: str) -> list[tuple]:
-    """Add the tensor-descriptor flag (KernelConfig.tma) to each candidate, unless "off"."""
-    if tma == "off":
-        return configs
-    flags = {"on": (True,), "both": (False, True)}[tma]
-    return [(*c, flag) for c in configs for flag in flags]
-
-
-def _inputs(dtype: str, d: int, n: int, causal: bool, seed: int = 0):
-    import torch
-
-    batch, heads = max(1, 16384 // n), 2048 // d
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    shape = (batch, heads, n, d)
-    q, k, v, do = (torch.randn(shape, device="cuda", dtype=getattr(torch, dtype), generator=g)
-                   for _ in range(4))
-    return q, k, v, do
-
-
-def attention_call(dtype: str, d: int, n: int, causal: bool, mode: str = "fwd_bwd"):
-    """One call of the library's attention at the benchmark's setting, on fresh inputs from
-    :func:`_inputs`: the forward alone, or forward + backward with the gradients reset first
-    (what scripts/profile_kernels.py and scripts/profile_host.py time)."""
-    from flashtext.kernels import flash_attention
-
-    q, k, v, do = _inputs(dtype, d, n, causal)
-    if mode == "fwd":
-        return lambda: flash_attention(q, k, v, causal=causal)
-    q, k, v = (t.requires_grad_() for t in (q, k, v))
-
-    def call():
-        for t in (q, k, v):
-            t.grad = None
-        flash_attention(q, k, v, causal=causal).backward(do)
-    return call
+from flashtext.bench import tuning, workload  # noqa: E402
 
 
 def _run(kernel: str, cfg, dtype: str, d: int, n: int, causal: bool, timed: bool):
@@ -94,7 +35,7 @@ def _run(kernel: str, cfg, dtype: str, d: int, n: int, causal: bool, timed: bool
 
     # a configuration that does not fit must fail here, not quietly run a smaller one
     KernelConfig.smaller = lambda self: None
-    q, k, v, do = _inputs(dtype, d, n, causal)
+    q, k, v, do = workload.inputs(dtype, d, n)
     scale = d ** -0.5
     config = KernelConfig(*cfg)
     if kernel == "fwd":
@@ -124,13 +65,14 @@ def _compile_one(args):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--dtype", nargs="+", default=["fp16"])
+    parser.add_argument("--dtype", nargs="+", choices=sorted(workload.DTYPES), default=["fp16"])
     parser.add_argument("--n", type=int, default=4096)
-    parser.add_argument("--kernels", nargs="+", default=["fwd", "bwd_dkdv", "bwd_dq"])
+    parser.add_argument("--kernels", nargs="+", choices=tuning.KERNELS,
+                        default=list(tuning.KERNELS))
     parser.add_argument("--causal", choices=["both", "true", "false"], default="both")
     parser.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1))
     parser.add_argument("--out", default="tune_h200")
-    parser.add_argument("--tma", choices=["off", "on", "both"], default="off",
+    parser.add_argument("--tma", choices=tuning.TMA_CHOICES, default="off",
                         help="tensor-descriptor loads: configs become (BM, BN, warps, stages, tma)")
     args = parser.parse_args()
 
@@ -139,9 +81,10 @@ def main() -> None:
     from flashtext import cost, recorded
 
     causals = {"both": [False, True], "true": [True], "false": [False]}[args.causal]
-    jobs = [(kern, cfg, DTYPES[dt], d, args.n, causal)
+    jobs = [(kern, cfg, workload.DTYPES[dt], d, args.n, causal)
             for dt in args.dtype for d in args.d for causal in causals
-            for kern in args.kernels for cfg in _with_tma(candidates(kern, d), args.tma)]
+            for kern in args.kernels for cfg in tuning.with_tma(tuning.candidates(kern, d),
+                                                                 args.tma)]
     t0 = time.time()
     # compile in parallel (fills the on-disk cache; one CUDA context per worker process)
     import multiprocessing as mp
@@ -158,7 +101,7 @@ def main() -> None:
                          "causal": causal, "ms": None, "error": errors[idx]})
             continue
         ms = _run(*job, timed=True)
-        batch, heads = max(1, 16384 // n), 2048 // d
+        batch, heads = workload.batch_heads(d, n)
         mode = "fwd" if kern == "fwd" else "bwd"
         tflops = cost.attention_flops(batch, heads, n, d, causal=causal, mode=mode) / ms / 1e9
         rows.append({"kernel": kern, "config": cfg, "dtype": dtype, "d": d, "n": n,

@@ -12,7 +12,7 @@ import torch
 from flashtext import recorded
 from flashtext import reference as ref
 from flashtext.bench import __main__ as cli
-from flashtext.bench import core, report
+from flashtext.bench import ceilings, core, providers, report, sweep
 
 ON_GPU = torch.cuda.is_available()
 
@@ -52,16 +52,16 @@ def test_min_bytes_are_the_compulsory_traffic():
 
 def test_roofline_numbers_use_the_measured_ceilings():
     cfg = core.Config("float16", 128, False, 4096, 4, 16)
-    rows = [core._row(cfg, "ours", "fwd", "ok", ms=1.0, tflops=0.0)]
-    ceilings = {"matmul_flops": {"float16": 750e12}, "copy_bandwidth": 4.25e12}
-    core.add_roofline(rows, ceilings)
+    rows = [sweep._row(cfg, "ours", "fwd", "ok", ms=1.0, tflops=0.0)]
+    measured = {"matmul_flops": {"float16": 750e12}, "copy_bandwidth": 4.25e12}
+    ceilings.add_roofline(rows, measured)
     r = rows[0]
     assert r["t_compute_ms"] == pytest.approx(cfg.flops("fwd") / 750e12 * 1e3)
     assert r["t_memory_ms"] == pytest.approx(cfg.min_bytes("fwd") / 4.25e12 * 1e3)
     assert r["bound"] == "compute" and r["t_compute_ms"] > 10 * r["t_memory_ms"]
     assert r["roof_fraction"] == pytest.approx(r["t_compute_ms"] / 1.0)
-    skipped = [core._row(cfg, "ours", "fwd", "oom", "x")]
-    core.add_roofline(skipped, ceilings)
+    skipped = [sweep._row(cfg, "ours", "fwd", "oom", "x")]
+    ceilings.add_roofline(skipped, measured)
     assert "t_compute_ms" not in skipped[0]
 
 
@@ -144,14 +144,14 @@ def test_scaled_error():
 
 
 def test_classify_errors():
-    assert core.classify(torch.cuda.OutOfMemoryError("CUDA out of memory."))[0] == "oom"
-    assert core.classify(RuntimeError("CUDA error: out of memory"))[0] == "oom"
-    assert core.classify(ImportError("no module"))[0] == "unavailable"
-    assert core.classify(RuntimeError("No available kernel. Aborting execution."))[0] \
+    assert sweep.classify(torch.cuda.OutOfMemoryError("CUDA out of memory."))[0] == "oom"
+    assert sweep.classify(RuntimeError("CUDA error: out of memory"))[0] == "oom"
+    assert sweep.classify(ImportError("no module"))[0] == "unavailable"
+    assert sweep.classify(RuntimeError("No available kernel. Aborting execution."))[0] \
         == "unsupported"
-    assert core.classify(NotImplementedError("no backward on CPU"))[0] == "unsupported"
-    assert core.classify(ValueError("head_dim too big"))[0] == "unsupported"
-    status, reason = core.classify(RuntimeError("illegal memory access\nmore lines"))
+    assert sweep.classify(NotImplementedError("no backward on CPU"))[0] == "unsupported"
+    assert sweep.classify(ValueError("head_dim too big"))[0] == "unsupported"
+    status, reason = sweep.classify(RuntimeError("illegal memory access\nmore lines"))
     assert status == "error" and reason == "RuntimeError: illegal memory access"
 
 
@@ -159,8 +159,9 @@ def test_classify_errors():
 
 def _fake(monkeypatch, attn_factory, name="ours"):
     """Replace a provider by a fake whose attn is built by ``attn_factory(cfg)``."""
-    monkeypatch.setitem(core.PROVIDERS, name, core.Provider(
-        name, "fake", "a test double", lambda cfg, device, s: core.Prepared(attn_factory(cfg))))
+    monkeypatch.setitem(providers.PROVIDERS, name, providers.Provider(
+        name, "fake", "a test double",
+        lambda cfg, device, s: providers.Prepared(attn_factory(cfg))))
 
 
 def _math(cfg):
@@ -174,13 +175,13 @@ def test_sweep_rows_have_the_schema_and_pass_the_check(monkeypatch):
     _fake(monkeypatch, _math)
     s = core.Settings(**{**TINY, "providers": ("ours", "math", "cudnn"), "ns": (32, 64),
                          "causals": (False, True)})
-    payload = core.run(s, log=None)
+    payload = sweep.run(s, log=None)
     json.dumps(payload, allow_nan=False)  # strict JSON: no NaN or inf anywhere
     assert payload["kind"] == "flashtext.bench" and payload["partial"] is False
     assert set(payload["providers"]) == {"ours", "math", "cudnn"}
     rows = payload["rows"]
     assert len(rows) == 4 * 3 * 2  # configurations x providers x modes
-    assert {r["status"] for r in rows} <= set(core.STATUSES)
+    assert {r["status"] for r in rows} <= set(sweep.STATUSES)
     for r in rows:
         if r["provider"] == "cudnn" and not ON_GPU:  # no cuDNN on a CPU: recorded, not raised
             assert r["status"] == "unsupported" and "RuntimeError" in r["reason"]
@@ -201,7 +202,7 @@ def test_a_wrong_kernel_is_flagged_not_hidden(monkeypatch):
 
     _fake(monkeypatch, forgot_causal)
     s = core.Settings(**{**TINY, "providers": ("ours",), "causals": (False, True)})
-    rows = core.run(s, log=None)["rows"]
+    rows = sweep.run(s, log=None)["rows"]
     verdict = {(r["causal"], r["mode"]): r["correct"] for r in rows}
     assert verdict == {(False, "fwd"): True, (False, "fwd_bwd"): True,
                        (True, "fwd"): False, (True, "fwd_bwd"): False}
@@ -221,10 +222,10 @@ def test_provider_failures_are_recorded_and_the_sweep_goes_on(monkeypatch):
 
     _fake(monkeypatch, raises(RuntimeError("kernel exploded")), "ours")
     _fake(monkeypatch, raises(torch.cuda.OutOfMemoryError("CUDA out of memory")), "flash")
-    monkeypatch.setitem(core.PROVIDERS, "flex", core.Provider(
+    monkeypatch.setitem(providers.PROVIDERS, "flex", providers.Provider(
         "flex", "x", "x", lambda cfg, device, s: (_ for _ in ()).throw(ImportError("gone"))))
     s = core.Settings(**{**TINY, "providers": ("ours", "flash", "flex", "math")})
-    rows = core.run(s, log=None)["rows"]
+    rows = sweep.run(s, log=None)["rows"]
     status = {(r["provider"], r["mode"]): r["status"] for r in rows}
     assert status[("ours", "fwd")] == "error"
     assert status[("flash", "fwd_bwd")] == "oom"
@@ -234,11 +235,11 @@ def test_provider_failures_are_recorded_and_the_sweep_goes_on(monkeypatch):
 
 def test_skips_and_time_budget(monkeypatch):
     s = core.Settings(**{**TINY, "providers": ("math",), "ns": (32, 64), "math_max_n": 32})
-    rows = core.run(s, log=None)["rows"]
+    rows = sweep.run(s, log=None)["rows"]
     assert {r["n"]: r["status"] for r in rows} == {32: "ok", 64: "skipped"}
     assert "math-max-n" in next(r["reason"] for r in rows if r["n"] == 64)
     s = core.Settings(**{**TINY, "providers": ("math",), "ns": (32, 64), "budget_s": 0.0})
-    rows = core.run(s, log=None)["rows"]  # the budget is checked before each configuration
+    rows = sweep.run(s, log=None)["rows"]  # the budget is checked before each configuration
     assert all(r["status"] == "skipped" and "budget" in r["reason"] for r in rows)
 
 
@@ -246,7 +247,7 @@ def test_our_kernel_runs_in_the_quick_sweep():
     """The real kernel (on a CPU under the interpreter: one tiny configuration, bf16 skipped)."""
     s = core.Settings(**{**TINY, "providers": ("ours",), "dtypes": ("fp16", "bf16"),
                          "causals": (True,)})
-    rows = core.run(s, log=None)["rows"]
+    rows = sweep.run(s, log=None)["rows"]
     fp16 = [r for r in rows if r["dtype"] == "float16"]
     assert all(r["status"] == "ok" and r["correct"] for r in fp16), fp16
     bf16 = [r for r in rows if r["dtype"] == "bfloat16"]
@@ -263,7 +264,7 @@ def _results(tflops: dict, correct: bool = True) -> report.Results:
     rows = []
     for (p, mode, d, causal, n), t in tflops.items():
         cfg = core.Config("float16", d, causal, n, 16384 // n, 2048 // d)
-        rows.append(core._row(cfg, p, mode, "ok", ms=cfg.flops(mode) / t / 1e9, tflops=t,
+        rows.append(sweep._row(cfg, p, mode, "ok", ms=cfg.flops(mode) / t / 1e9, tflops=t,
                               correct=correct if p == "ours" else True))
     return report.Results({"settings": {"tokens": 16384, "hidden": 2048}}, rows)
 
@@ -324,9 +325,9 @@ def test_memory_growth():
     rows = []
     for n, per_token in ((512, 100.0), (4096, 110.0)):
         cfg = core.Config("float16", 64, False, n, 16384 // n, 32)
-        rows.append(core._row(cfg, "ours", "fwd_bwd", "ok", ms=1.0, tflops=1.0,
+        rows.append(sweep._row(cfg, "ours", "fwd_bwd", "ok", ms=1.0, tflops=1.0,
                               peak_bytes_per_token=per_token))
-        rows.append(core._row(cfg, "math", "fwd_bwd", "ok", ms=1.0, tflops=1.0,
+        rows.append(sweep._row(cfg, "math", "fwd_bwd", "ok", ms=1.0, tflops=1.0,
                               peak_bytes_per_token=100.0 * n / 512))
     growth = {g["provider"]: g["growth"] for g in report.memory_growth(report.Results({}, rows))}
     assert growth == {"ours": pytest.approx(1.1), "math": pytest.approx(8.0)}
@@ -346,15 +347,6 @@ def test_anchors_become_rows():
     assert core.tflops(r["flops"], r["ms"]) == pytest.approx(552.5)
     with pytest.raises(ValueError, match="neither"):
         report.Results.from_payload({"gpu": "x"})
-
-
-def test_anchor_copy_matches_the_shared_file():
-    from pathlib import Path
-
-    shared = Path(__file__).resolve().parents[2] / "shared" / "anchors" / "h200_peers_fp16.json"
-    if not shared.exists():
-        pytest.skip("shared/anchors is not next to this checkout")
-    assert recorded.load("h200_peers_fp16")["rows"] == json.loads(shared.read_text())["rows"]
 
 
 def test_recorded_results_prefers_the_full_run(tmp_path, monkeypatch):
@@ -414,7 +406,7 @@ def test_cli_quick_run_writes_json_and_figures(tmp_path, monkeypatch, capsys):
             "--out", "bench_test"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert ("CPU SMOKE TEST" in out) != ON_GPU and "Targets (issue 7)" in out
+    assert ("CPU SMOKE TEST" in out) != ON_GPU and "Targets:" in out
     data = recorded.load("bench_test")
     assert data["partial"] is False
     assert data["gpu"] == (torch.cuda.get_device_name(0) if ON_GPU else "cpu")
@@ -439,18 +431,18 @@ def test_cli_full_sweep_detection():
 def test_cli_merge_keeps_rows_a_budget_cut_off():
     cfg = core.Config("float16", 64, False, 512, 32, 32)
     old = {"gpu": "g", "torch": "t", "triton": "x", "started": "a",
-           "rows": [core._row(cfg, "ours", "fwd", "ok", ms=1.0)]}
+           "rows": [sweep._row(cfg, "ours", "fwd", "ok", ms=1.0)]}
     new = {**old, "started": "b",
-           "rows": [core._row(cfg, "ours", "fwd", "skipped", "time budget of 510 s used up")]}
+           "rows": [sweep._row(cfg, "ours", "fwd", "skipped", "time budget of 510 s used up")]}
     merged = cli.merge(old, new)
     assert [r["status"] for r in merged["rows"]] == ["ok"] and len(merged["runs"]) == 2
-    redo = {**old, "started": "c", "rows": [core._row(cfg, "ours", "fwd", "ok", ms=0.5)]}
+    redo = {**old, "started": "c", "rows": [sweep._row(cfg, "ours", "fwd", "ok", ms=0.5)]}
     assert [r["ms"] for r in cli.merge(old, redo)["rows"]] == [0.5]
 
 
 def test_cli_resume_args_name_what_was_cut_off():
     s = core.Settings()
-    cut = [core._row(core.Config("bfloat16", d, True, n, 16384 // n, 2048 // d), "ours", "fwd",
+    cut = [sweep._row(core.Config("bfloat16", d, True, n, 16384 // n, 2048 // d), "ours", "fwd",
                      "skipped", "budget") for d in (64, 128) for n in (8192, 16384)]
     args = cli.resume_args(cut, s, "bench_h200")
     assert args.startswith("--dtype bf16 --d 64 128 --causal true --n 8192 16384 --mode fwd")
@@ -461,8 +453,8 @@ def test_cli_resume_args_name_what_was_cut_off():
 
 def test_cli_borrowed_peers_give_ratios_without_remeasuring():
     cfg = core.Config("float16", 128, False, 4096, 4, 16)
-    ours = core._row(cfg, "ours", "fwd", "ok", ms=cfg.flops("fwd") / 600e12 * 1e3, tflops=600.0)
-    cudnn_here = core._row(cfg, "cudnn", "fwd", "unsupported", "x")
+    ours = sweep._row(cfg, "ours", "fwd", "ok", ms=cfg.flops("fwd") / 600e12 * 1e3, tflops=600.0)
+    cudnn_here = sweep._row(cfg, "cudnn", "fwd", "unsupported", "x")
     res = cli.borrow_peers(report.Results({}, [ours, cudnn_here]), "h200_peers_fp16")
     (r,) = report.ratio_rows(res)
     assert r["ours/cudnn"] == pytest.approx(600 / 552.5) and r["ours/flash"] == pytest.approx(
@@ -486,5 +478,5 @@ def test_cli_plan_lists_configurations(capsys):
 def test_providers_follow_the_harness_order_not_the_file_order():
     rows = [{"provider": p, "status": "ok"} for p in ("math", "efficient", "flex", "ours", "cudnn")]
     res = report.Results({"kind": "flashtext.bench"}, rows)
-    assert res.providers() == [p for p in core.PROVIDERS if p in {r["provider"] for r in rows}]
+    assert res.providers() == [p for p in providers.PROVIDERS if p in {r["provider"] for r in rows}]
     assert res.providers()[0] == "ours"

@@ -1,10 +1,14 @@
-"""scripts/probe_variants.py: how a variant is written on the command line, and what it refuses."""
+"""The measurement scripts (``scripts/``) and what they share: how probe_variants.py reads a
+variant and what it refuses, that a variant tree on PYTHONPATH wins over the checkout in every
+script, that no script imports another, and the shared helpers of ``flashtext.bench``
+(workload, tuning, ncu)."""
 
 from __future__ import annotations
 
 import argparse
 import ast
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -63,8 +67,8 @@ def test_ncu_summary_orders_stalls_and_converts_time():
 def test_spill_report_compiles_for_sm90_without_a_gpu():
     # a fresh process: flashtext turns the interpreter on at start-up when there is no GPU,
     # and an interpreted kernel cannot be compiled
-    code = ("import sys; sys.path.insert(0, 'scripts'); import spill_report as s; "
-            "r = s.compile_one('bwd_dq', (64, 32, 4, 2), 64, False); print(r)")
+    code = ("import runpy; s = runpy.run_path('scripts/spill_report.py'); "
+            "r = s['compile_one']('bwd_dq', (64, 32, 4, 2), 64, False); print(r)")
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run([sys.executable, "-c", code], cwd=SCRIPT.parents[1], env=env,
                          capture_output=True, text=True, timeout=240)
@@ -102,15 +106,289 @@ def _has_short_tiles(picked, short):
     return any((c.BLOCK_M, c.BLOCK_N) == (short.BLOCK_M, short.BLOCK_N) for c in picked)
 
 
-def test_a_variant_tree_on_pythonpath_wins_over_the_checkout(tmp_path):
-    """probe_variants.py runs profile_kernels.py with a variant's flashtext first on PYTHONPATH;
-    importing tune_kernels (for its inputs) must not put this checkout's flashtext ahead of it."""
-    (tmp_path / "flashtext").mkdir()
-    (tmp_path / "flashtext" / "__init__.py").write_text("VARIANT = True\n")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import tune_kernels, flashtext; "
-            "print(getattr(flashtext, 'VARIANT', False))")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    # -S: no site packages, so no start-up hook has imported a flashtext before the test does
-    out = subprocess.run([sys.executable, "-S", "-c", code, str(SCRIPT.parent)], env=env,
-                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "True"
+SCRIPTS = sorted(SCRIPT.parent.glob("*.py"))
+
+# Runs every script's module-level code (imports, the path to the checkout) in one process with
+# a variant tree first on the path, and prints each script's flashtext modules that did NOT come
+# from the variant. -S (no site processing): no start-up hook or editable install has imported
+# a flashtext before the script does, so only the script's own path decides.
+_PROBE = """
+import json, runpy, sys
+variant, scripts = sys.argv[1], sys.argv[2:]
+base_path = list(sys.path)
+foreign = {}
+for script in scripts:
+    for name in [m for m in sys.modules if m == "flashtext" or m.startswith("flashtext.")]:
+        del sys.modules[name]
+    sys.path[:] = [script.rsplit("/", 1)[0], *base_path]  # as `python scripts/x.py` has it
+    runpy.run_path(script, run_name="probed")
+    import flashtext
+    foreign[script] = sorted(
+        name for name, mod in sys.modules.items()
+        if (name == "flashtext" or name.startswith("flashtext."))
+        and getattr(mod, "__file__", None) and not mod.__file__.startswith(variant))
+print(json.dumps(foreign))
+"""
+
+
+def test_a_variant_tree_on_pythonpath_wins_over_the_checkout_in_every_script(tmp_path):
+    """probe_variants.py runs each variant with its flashtext tree first on PYTHONPATH (and so
+    may a reader, to measure a change): whatever a script imports of flashtext, the shared
+    helpers of flashtext.bench included, must come from that tree, never from this checkout."""
+    import shutil
+    import sysconfig
+
+    variant = tmp_path / "variant"
+    shutil.copytree(SCRIPT.parents[1] / "flashtext", variant / "flashtext",
+                    ignore=shutil.ignore_patterns("data", "__pycache__"))
+    site = sysconfig.get_paths()["purelib"]  # torch, triton, numpy; its .pth files are not run
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(variant), site]),
+           "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-S", "-c", _PROBE, str(variant),
+                          *map(str, SCRIPTS)], env=env, cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    foreign = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(foreign) == set(map(str, SCRIPTS))
+    assert {s: mods for s, mods in foreign.items() if mods} == {}
+
+
+def _imports(path: Path) -> set[str]:
+    """Top-level names of every module ``path`` imports, and whether it edits sys.path other
+    than by appending (an insert puts the checkout ahead of a variant tree)."""
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and ast.unparse(node.func.value) == "sys.path" and node.func.attr != "append"):
+            names.add(f"sys.path.{node.func.attr}")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith(
+                "spec_from_file_location"):
+            names.add("spec_from_file_location")
+    return names
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_no_script_imports_another_or_reorders_the_path(path):
+    """What scripts share lives in flashtext.bench; a script is run, never imported."""
+    stems = {p.stem for p in SCRIPTS}
+    used = _imports(path)
+    assert used & stems == set(), f"{path.name} imports another script"
+    assert not {n for n in used if n.startswith("sys.path.")}, f"{path.name} inserts into sys.path"
+    assert "spec_from_file_location" not in used, f"{path.name} loads a file as a module"
+
+
+def test_the_import_check_sees_a_script_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nsys.path.insert(0, 'scripts')\nimport tune_kernels\n"
+                   "from record_hbm_traffic import find_ncu\n")
+    assert {"tune_kernels", "record_hbm_traffic", "sys.path.insert"} <= _imports(bad)
+
+
+# ------------------------------------------------------------------ shared helpers: workload
+
+def test_workload_is_the_benchmark_setting_and_seeded():
+    from flashtext.bench import workload
+
+    assert workload.batch_heads(128, 4096) == (4, 16)
+    assert workload.batch_heads(64, 32768) == (1, 32)  # longer than the tokens: one sequence
+    q, k, v, do = workload.inputs("float32", 8, 16, device="cpu", tokens=64, hidden=16)
+    assert q.shape == (4, 2, 16, 8) and q.dtype == torch_dtype("float32")
+    again = workload.inputs("float32", 8, 16, device="cpu", tokens=64, hidden=16)
+    assert all(a.equal(b) for a, b in zip((q, k, v, do), again, strict=True))
+    assert not q.equal(k)  # four different tensors, not one four times
+    other = workload.inputs("float32", 8, 16, seed=1, device="cpu", tokens=64, hidden=16)
+    assert not q.equal(other[0])
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(dtype="fp16"), "dtype must be one of"),
+    (dict(d=0), "d must be a positive int"),
+    (dict(n=16.0), "n must be a positive int"),
+    (dict(d=24), "d must divide hidden"),
+])
+def test_workload_refuses_bad_arguments(bad, match):
+    from flashtext.bench import workload
+
+    args = dict(dtype="float32", d=8, n=16, device="cpu", tokens=64, hidden=32) | bad
+    with pytest.raises(ValueError, match=match):
+        workload.inputs(**args)
+
+
+def test_attention_call_resets_the_gradients_before_every_call(monkeypatch):
+    """fwd+bwd calls are timed back to back: each must do one backward's work on fresh
+    gradients, not accumulate into the last call's."""
+    from flashtext import kernels
+    from flashtext.bench import workload
+
+    seen = []
+
+    def fake_attention(q, k, v, causal):
+        seen.append((q.grad is None, k.grad is None, v.grad is None, causal))
+        return q * k + v
+
+    monkeypatch.setattr(kernels, "flash_attention", fake_attention)
+    setting = dict(device="cpu", tokens=32, hidden=8)
+    call = workload.attention_call("float32", 4, 8, True, "fwd_bwd", **setting)
+    call()
+    call()
+    assert seen == [(True, True, True, True)] * 2
+    fwd = workload.attention_call("float32", 4, 8, False, "fwd", **setting)
+    assert fwd().shape == (4, 2, 8, 4) and seen[-1] == (True, True, True, False)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        workload.attention_call("float32", 4, 8, False, "bwd", **setting)
+
+
+def test_attention_call_runs_the_library_kernel():
+    from flashtext import reference
+    from flashtext.bench import workload
+
+    call = workload.attention_call("float32", 16, 32, True, "fwd", device="cpu", tokens=32,
+                                   hidden=16)
+    o = call()
+    q, k, v, _ = workload.inputs("float32", 16, 32, device="cpu", tokens=32, hidden=16)
+    want = reference.attention(q[0, 0].double().numpy(), k[0, 0].double().numpy(),
+                               v[0, 0].double().numpy(), causal=True)
+    assert abs(o[0, 0].double().numpy() - want).max() < 1e-5
+
+
+def torch_dtype(name):
+    import torch
+
+    return getattr(torch, name)
+
+
+# ------------------------------------------------------------------ shared helpers: tuning
+
+def test_candidates_are_the_search_space():
+    from flashtext.bench import tuning
+
+    fwd = tuning.candidates("fwd", 128)
+    assert len(fwd) == len(set(fwd)) and (128, 128, 8, 3) in fwd
+    assert (128, 128, 8, 4) not in fwd  # does not fit in shared memory at d = 128
+    assert (128, 128, 8, 4) in tuning.candidates("fwd", 64)
+    assert (64, 64, 8, 2) not in fwd  # too small a tile for 8 warps ...
+    assert (64, 64, 8, 2) in tuning.candidates("bwd_dkdv", 64)  # ... except dK/dV's
+    assert tuning.with_tma([(64, 64, 4, 2)], "both") == [(64, 64, 4, 2, False),
+                                                        (64, 64, 4, 2, True)]
+    assert tuning.with_tma([(64, 64, 4, 2)], "off") == [(64, 64, 4, 2)]
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        tuning.candidates("bwd", 64)
+    with pytest.raises(ValueError, match="tma must be one of"):
+        tuning.with_tma([(64, 64, 4, 2)], "yes")
+
+
+# ------------------------------------------------------------------ shared helpers: ncu
+
+RAW = ('"ID","Stream","Kernel Name","dram__bytes_read.sum","gpu__time_duration.sum"\n'
+       '"","","","Kbyte","nsecond"\n'
+       '"0","7","gemm(half*)","1,024.5","2000"\n'
+       '"1","7","softmax(half*)","2","300"\n'
+       '"2","9","flash_fwd(half*)","0.5","100"\n')
+
+
+def test_parse_raw_csv_converts_units_and_keeps_streams():
+    from flashtext.bench import ncu
+
+    rows = ncu.parse_raw_csv("==PROF== noise\n" + RAW, ["dram__bytes_read.sum", "absent"])
+    assert [r["kernel"] for r in rows] == ["gemm(half*)", "softmax(half*)", "flash_fwd(half*)"]
+    assert rows[0]["dram__bytes_read.sum"] == pytest.approx(1024.5e3)
+    assert "absent" not in rows[0]
+    no_units = RAW.replace('"","","","Kbyte","nsecond"\n', "")
+    assert ncu.parse_raw_csv(no_units, ["dram__bytes_read.sum"])[2]["dram__bytes_read.sum"] == 0.5
+    with pytest.raises(ValueError, match="no kernel rows"):
+        ncu.parse_raw_csv("==PROF== nothing profiled\n", [])
+
+
+def test_group_by_stream_wants_one_group_per_configuration():
+    from flashtext.bench import ncu
+
+    rows = ncu.parse_raw_csv(RAW, [])
+    groups = ncu.group_by_stream(rows, 2)
+    assert [[k["kernel"] for k in g] for g in groups] == [["gemm(half*)", "softmax(half*)"],
+                                                          ["flash_fwd(half*)"]]
+    with pytest.raises(ValueError, match="expected 3 stream groups, found 2"):
+        ncu.group_by_stream(rows, 3)
+
+
+FAKE_NCU = '''import subprocess, sys
+args = sys.argv[1:]
+metrics = args[args.index("--metrics") + 1]
+if "optional" in metrics:  # this "GPU" lacks the optional metric
+    sys.exit("==ERROR== Failed to find metric optional")
+log = args[args.index("--log-file") + 1]
+driver = args[args.index("--log-file") + 2:]
+open(log, "w").write(open(sys.argv[0] + ".csv").read())
+sys.exit(subprocess.run(driver).returncode)
+'''
+
+
+def test_profile_falls_back_and_reads_the_drivers_order(tmp_path):
+    """The whole protocol against a stand-in ncu: the first attempt's metrics fail, the second
+    runs the driver, whose announced order and the CSV come back parsed."""
+    from flashtext.bench import ncu
+
+    fake = tmp_path / "ncu"
+    fake.write_text(f"#!{sys.executable}\n" + FAKE_NCU)
+    fake.chmod(0o755)
+    (tmp_path / "ncu.csv").write_text(RAW)
+    driver = [sys.executable, "-c", "from flashtext.bench import ncu; "
+              "ncu.announce_order([{'n': 1}, {'n': 2}])"]
+    attempts = [(["dram__bytes_read.sum", "optional"], []), (["dram__bytes_read.sum"], [])]
+    got = ncu.profile(str(fake), driver, attempts)
+    assert got["ok"], got
+    assert got["metrics"] == ["dram__bytes_read.sum"] and got["order"] == [{"n": 1}, {"n": 2}]
+    assert len(ncu.group_by_stream(got["kernels"], len(got["order"]))) == 2
+    failed = ncu.profile(str(fake), driver, attempts[:1])
+    assert not failed["ok"] and "Failed to find metric optional" in failed["error"]
+
+
+# ------------------------------------------------------------------ shared helpers: static_compile
+
+def test_launch_arguments_are_what_the_library_launches():
+    """Recorded from forward()/backward() themselves: every runtime argument typed, every
+    constant given, plain loads, the causal forward's longest-first order on."""
+    from flashtext.bench import static_compile
+    from flashtext.kernels import backward, forward
+
+    fwd = static_compile.launch_arguments("fwd", (64, 32, 4, 2), 64, causal=True)
+    assert fwd.fn is forward._attn_fwd and (fwd.num_warps, fwd.num_stages) == (4, 2)
+    assert fwd.constexprs["LONGEST_FIRST"] and not fwd.constexprs["USE_TMA"]
+    assert (fwd.constexprs["BLOCK_M"], fwd.constexprs["BLOCK_N"]) == (64, 32)
+    sig = static_compile.signature(fwd)
+    assert list(sig) == list(forward._attn_fwd.arg_names)
+    assert sig["Q"] == "*fp16" and sig["LSE"] == "*fp32" and sig["sm_scale"] == "fp32"
+    assert sig["N_K"] == "i32" and sig["HEAD_DIM"] == "constexpr"
+    dq = static_compile.launch_arguments("bwd_dq", (64, 32, 4, 2), 64, causal=False)
+    assert dq.fn is backward._attn_bwd_dq and list(static_compile.signature(dq)) == list(
+        backward._attn_bwd_dq.arg_names)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        static_compile.launch_arguments("bwd_pre", (64, 32, 4, 2), 64, causal=False)
+
+
+def test_signature_names_a_missing_constant():
+    import dataclasses
+
+    from flashtext.bench import static_compile
+
+    fwd = static_compile.launch_arguments("fwd", (64, 32, 4, 2), 64, causal=False)
+    short = dataclasses.replace(fwd, constexprs={k: v for k, v in fwd.constexprs.items()
+                                                 if k != "VARLEN"})
+    with pytest.raises(ValueError, match="VARLEN"):
+        static_compile.signature(short)
+
+
+def test_record_hopper_previews_the_forward_for_sm90_without_a_gpu():
+    """Chapter 13 runs this live: it must compile the library's current forward."""
+    out = subprocess.run([sys.executable, str(SCRIPT.parent / "record_hopper.py"),
+                          "--sm90-preview"], cwd=SCRIPT.parents[1], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    preview = json.loads(out.stdout.strip().splitlines()[-1])
+    (fwd,) = preview["library_forward"]
+    assert fwd["ptx"]["wgmma"] > 0 and fwd["ptx"]["mma_sync"] == 0
+    assert len(preview["probes"]) == 3

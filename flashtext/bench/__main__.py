@@ -19,7 +19,7 @@ from typing import Any
 
 import flashtext
 from flashtext import recorded
-from flashtext.bench import core, report
+from flashtext.bench import core, providers, report, sweep
 
 ARTIFACTS = Path("artifacts")
 
@@ -56,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
                      help="causal, non-causal, or both (default both)")
     sel.add_argument("--mode", nargs="+", help="fwd fwd_bwd")
     sel.add_argument("--providers", nargs="+",
-                     help=f"any of {' '.join(core.PROVIDERS)}")
+                     help=f"any of {' '.join(providers.PROVIDERS)}")
     sel.add_argument("--n", nargs="+", help="sequence lengths, e.g. 512 1k 2k 4k 8k 16k")
     sel.add_argument("--quick", action="store_true",
                      help="CPU smoke test: tiny shapes, one timed call, no timing claims")
@@ -69,7 +69,7 @@ def parser() -> argparse.ArgumentParser:
     how.add_argument("--no-memory", action="store_true", help="skip the peak-memory call")
     how.add_argument("--budget-min", type=float, default=None,
                      help="stop starting configurations after this many minutes (8.5; 0 = none)")
-    how.add_argument("--flex-compile", choices=sorted(core.FLEX_COMPILE), default=None,
+    how.add_argument("--flex-compile", choices=sorted(providers.FLEX_COMPILE), default=None,
                      help="auto (default): torch.compile(flex_attention) as the anchors ran it, "
                           "static after the first N, dynamic after; static: a kernel per shape "
                           "(slowest sweep); dynamic: one dynamic-shape kernel")
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         if name:
             save(name, {**partial, "started": started}, args.merge)
 
-    payload = {**core.run(settings, on_config=checkpoint), "started": started}
+    payload = {**sweep.run(settings, on_config=checkpoint), "started": started}
     res = report.Results.from_payload(report.stamp(payload))
     if name:
         path = save(name, payload, args.merge)

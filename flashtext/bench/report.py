@@ -1,8 +1,8 @@
-"""Reading benchmark results: loading (ours or the H200 anchors), ratios against the issue-7
-targets, text tables, and the TFLOP/s-vs-N and memory-vs-N figures.
+"""Reading benchmark results: loading (ours or the H200 anchors), ratios against the kernel's
+targets (:data:`TARGETS`), text tables, and the TFLOP/s-vs-N and memory-vs-N figures.
 
 Results are a list of *rows*, one per (provider, mode, dtype, d, causal, n); see
-:func:`flashtext.bench.core.run` for what a row holds. The anchors file
+:func:`flashtext.bench.sweep.run` for what a row holds. The anchors file
 (``flashtext/data/h200_peers_fp16.json``, peers measured on one H200) is converted into the same
 rows so the figures and tables treat both alike.
 """
@@ -14,13 +14,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from flashtext import recorded
-from flashtext.bench.core import PROVIDERS, SHORT_DTYPE
+from flashtext.bench.core import SHORT_DTYPE
+from flashtext.bench.providers import PROVIDERS
 
 # The book's recorded full sweep of its current kernel version on the H200. `make bench` writes
 # bench_h200.json; each kernel version's sweep is kept under its own name (bench_h200_v0, _v1,
 # _v2, ...; BENCHMARKS.md has one entry per version), and this names the newest.
 RECORDED_NAME = "bench_h200_v3"
-ANCHORS_NAME = "h200_peers_fp16"  # peers measured on one H200, fp16 (copied from shared/)
+ANCHORS_NAME = "h200_peers_fp16"  # peers measured on one H200, fp16 (its provenance inside)
 PEERS = ("cudnn", "flash", "flex")
 LABELS = {**{name: p.label for name, p in PROVIDERS.items()},
           "tutorial": "Triton tutorial kernel"}
@@ -154,7 +155,7 @@ def recorded_results() -> Results:
 
 @dataclass(frozen=True)
 class Target:
-    """One line of issue 7's targets: ours / peer >= ratio (> ratio if strict) wherever it
+    """One of the kernel's targets: ours / peer >= ratio (> ratio if strict) wherever it
     applies (mode, head dims, N >= n_min; both dtypes, causal and not)."""
 
     text: str
@@ -347,9 +348,9 @@ def summary_text(res: Results) -> str:
 
 
 def targets_text(res: Results) -> str:
-    """One line per issue-7 target: met / met where measured / missed / no data, how many
+    """One line per target: met / met where measured / missed / no data, how many
     configurations, the worst ratio and where."""
-    lines = ["Targets (issue 7):"]
+    lines = ["Targets:"]
     for t in evaluate_targets(res):
         worst = "" if t["worst_ratio"] is None else \
             f"; worst {t['worst_ratio']:.2f}x at {t['worst_at']}"
