@@ -15,10 +15,14 @@ _KERNEL_API = ("flash_attention", "flash_attention_varlen", "flash_decode", "att
 
 def __getattr__(name: str):
     """The kernels' public API (``flashtext.flash_attention``, ``flash_attention_varlen``,
-    ``flash_decode``, ``attention_forward``), imported on first use (importing them loads
-    triton, which a chapter that never runs a kernel does not need)."""
+    ``flash_decode``, ``attention_forward``) and ``flashtext.ring_attention``, imported on first
+    use (importing them loads triton, which a chapter that never runs a kernel does not need)."""
     if name in _KERNEL_API:
         from flashtext import kernels
 
         return getattr(kernels, name)
+    if name == "ring_attention":
+        from flashtext.context_parallel import ring_attention
+
+        return ring_attention
     raise AttributeError(f"module 'flashtext' has no attribute {name!r}")

@@ -292,3 +292,82 @@ def model_tflops(schedule: str, d: int, matmul_flops: float | None = None,
     t = tile_times(d, gpu=gpu, matmul_flops=rate, softmax_cost=softmax_cost)
     return predicted_utilisation(schedule, t.gemm, t.softmax) * rate / TERA
 
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One turn at the tensor cores in the Gluon kernel's ping-pong (one row of
+    :func:`pingpong_slots`): warpgroup ``issuer`` has issued its GEMMs of turn ``turn``, and
+    ``softmax`` says which block's softmax each warpgroup runs meanwhile (None: none)."""
+
+    index: int
+    issuer: int  # 0 or 1: the warpgroup whose GEMMs run in this slot
+    turn: int  # the issuer's turn number t (its mbarrier wait has parity t % 2)
+    gemms: tuple[str, ...]  # in issue order: ("GEMM0 j",) / ("GEMM0 j", "GEMM1 j-1") / ...
+    softmax: tuple[int | None, int | None]  # block whose softmax WG 0 / WG 1 runs here
+
+
+def pingpong_slots(n_blocks: int) -> tuple[Slot, ...]:
+    """The order in which :mod:`flashtext.kernels.gluon_forward` feeds the tensor cores, one
+    K/V block being one slot per warpgroup.
+
+    Each consumer warpgroup w takes ``n_blocks + 1`` turns: turn 0 issues GEMM0 (S_0 = Q K_0^T),
+    turn t (1 <= t < n) issues GEMM0 t then GEMM1 t-1 (O += P_{t-1} V_{t-1}: FA3's
+    intra-warpgroup pipelining), turn n issues the last GEMM1. A turn starts once the other
+    warpgroup has issued its previous one (mbarrier ``turn[w]``; warpgroup 1 hands the first
+    turn to warpgroup 0), so the turns alternate WG 0, WG 1, WG 0, ... and, the tensor cores
+    working in issue order, each slot is one warpgroup's GEMMs. A warpgroup runs the softmax of
+    block t in the slot after its turn t, i.e. during the other warpgroup's GEMMs.
+    """
+    if isinstance(n_blocks, bool) or not isinstance(n_blocks, int) or n_blocks < 1:
+        raise ValueError(f"n_blocks must be a positive integer, got {n_blocks!r}")
+    slots = []
+    for index in range(2 * (n_blocks + 1)):
+        issuer, turn = index % 2, index // 2
+        gemms = ((f"GEMM0 {turn}",) if turn < n_blocks else ()) + \
+                ((f"GEMM1 {turn - 1}",) if turn >= 1 else ())
+        softmax: list[int | None] = [None, None]
+        other = 1 - issuer
+        last_turn = (index - 1) // 2  # the other warpgroup's turn in the previous slot
+        if index >= 1 and last_turn < n_blocks:
+            softmax[other] = last_turn
+        slots.append(Slot(index, issuer, turn, gemms, (softmax[0], softmax[1])))
+    return tuple(slots)
+
+
+def check_pingpong(slots: tuple[Slot, ...]) -> None:
+    """Raise AssertionError unless ``slots`` has the properties the kernel relies on:
+
+    * turns alternate between the warpgroups, and each takes turns 0, 1, 2, ... in order;
+    * a warpgroup's softmax of block j comes after the slot that issued its GEMM0 j (S_j is
+      needed) and before the slot that issues its GEMM1 j (P_j is needed);
+    * overlap: while a warpgroup runs a softmax, the tensor cores run the *other* warpgroup's
+      GEMMs, never its own (so the MUFU and the tensor cores work at once);
+    * every block gets both GEMMs and one softmax per warpgroup.
+    """
+    turns = {0: [], 1: []}
+    issued: dict[tuple[int, str], int] = {}
+    for slot in slots:
+        turns[slot.issuer].append(slot.turn)
+        for g in slot.gemms:
+            issued[(slot.issuer, g)] = slot.index
+    assert all(a.issuer != b.issuer for a, b in pairwise(slots)), "turns do not alternate"
+    for wg, seq in turns.items():
+        assert seq == list(range(len(seq))), f"WG {wg} takes its turns out of order: {seq}"
+    n_blocks = len(turns[0]) - 1
+    for wg in (0, 1):
+        for j in range(n_blocks):
+            for g in (f"GEMM0 {j}", f"GEMM1 {j}"):
+                assert (wg, g) in issued, f"WG {wg} never issues {g}"
+    for wg in (0, 1):
+        done = [slot.index for slot in slots if slot.softmax[wg] is not None]
+        blocks = [slots[i].softmax[wg] for i in done]
+        assert blocks == list(range(n_blocks)), f"WG {wg} softmax blocks {blocks}"
+        for i, j in zip(done, blocks, strict=True):
+            assert issued[(wg, f"GEMM0 {j}")] < i, f"WG {wg}: softmax {j} before its S"
+            assert i < issued[(wg, f"GEMM1 {j}")], f"WG {wg}: GEMM1 {j} before its softmax"
+            assert slots[i].issuer != wg, f"WG {wg}: softmax {j} not overlapped"
+            assert slots[i].gemms, f"WG {wg}: softmax {j} runs beside idle tensor cores"
+
+
+__all__ += ["Slot", "check_pingpong", "pingpong_slots"]
