@@ -76,13 +76,13 @@ lint: env
 	$(PY) -m ruff check flashtext solutions tests tools scripts chapters
 
 test: env lint
-	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env \
+	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadgroup --nbval-lax --nbval-current-env \
 	    tests chapters
 	@$(MAKE) --no-print-directory test-browser-if-possible
 	@$(MAKE) --no-print-directory test-book-if-possible
 
 test-fast: env
-	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile tests
+	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadgroup tests
 
 test-browser-if-possible:
 	@if command -v chromium >/dev/null 2>&1 && $(PY) -c "import playwright" 2>/dev/null; then \

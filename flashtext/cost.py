@@ -94,7 +94,8 @@ def fa1_sram_elements(m_elements: int, d: int, *, bc: int | None = None,
 
 
 def fa1_paper_budget(m_elements: int, d: int) -> int:
-    """The budget the notes add up: Br d + 2 Bc d + Br d + Br Bc, plus l_i and m_i (2 Br)."""
+    """One iteration's tiles with line 1's block sizes, added up (chapter 4's "paper's budget"):
+    Q_i, O_i (Br d each), K_j, V_j (Bc d each), S_ij (Br Bc), plus l_i and m_i (2 Br)."""
     tiles = fa1_sram_elements(m_elements, d)
     return sum(v for k, v in tiles.items() if k != "line 10-11 row stats")
 
@@ -135,8 +136,9 @@ def fa1_hbm_total(n: int, d: int, m_elements: int, **kwargs) -> int:
 
 
 def fa1_hbm_four_step(n: int, d: int, m_elements: int) -> float:
-    """The notes' four-step estimate: T = 4Nd/M blocks per axis, Tr Tc = 16 N^2 d^2 / M^2
-    iterations, M elements moved per iteration, so 16 N^2 d^2 / M in total."""
+    """A four-step estimate of Theorem 2's count, with Br = Bc = M/4d (line 1 without the cap at
+    d): T = 4Nd/M blocks per axis, Tr Tc = 16 N^2 d^2 / M^2 iterations, M elements moved per
+    iteration, so 16 N^2 d^2 / M in total."""
     _positive(n=n, d=d, m_elements=m_elements)
     return 16.0 * n * n * d * d / m_elements
 

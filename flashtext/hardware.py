@@ -3,6 +3,18 @@
 Sources: FA1 Fig. 1 (A100 hierarchy), FA2 (A100 matmul vs non-matmul throughput), FA3 (H100 SXM5),
 and our own H200 measurements (2026-11-29). Bandwidths in bytes/s, throughputs in FLOP/s,
 sizes in bytes. ``measured_*`` fields are what we measured, vendor numbers are peaks.
+
+On-chip memory, one convention. Each SM has one unified block of SRAM that serves as L1 cache and
+as shared memory; a kernel chooses how much of it is shared memory, up to a maximum. The CUDA C++
+Programming Guide (compute capabilities 8.0 and 9.0) gives both numbers:
+
+* ``smem_per_sm`` is the **shared-memory maximum per SM**, what a kernel's tiles can use and the
+  M of FlashAttention's Algorithm 1: 164 KB on the A100 (flash-attention #67: "163 KB per SM on
+  A100", the 163 KB a single block may take), 228 KB on the H100 and H200 (the H200 driver
+  reports ``shared_memory_per_multiprocessor`` = 233,472 bytes = 228 KB, chapter 1 checks it).
+* ``l1_smem_per_sm`` is the **unified L1 + shared memory per SM**: 192 KB on the A100, 256 KB on
+  the H100 and H200. The memory hierarchy counts this, the whole on-chip SRAM: FA1's Figure 1
+  "20 MB" of A100 SRAM is 192 KB x 108 SMs.
 """
 
 from __future__ import annotations
@@ -19,7 +31,8 @@ class GPU:
     sms: int
     hbm_bytes: float
     hbm_bandwidth: float  # vendor peak, B/s
-    smem_per_sm: int  # shared memory / L1 usable per SM, bytes
+    smem_per_sm: int  # shared-memory maximum per SM (what a kernel can allocate), bytes
+    l1_smem_per_sm: int  # unified L1 + shared memory per SM (the whole on-chip SRAM), bytes
     smem_bandwidth: float  # aggregate on-chip SRAM bandwidth, B/s
     l2_bytes: float
     l2_bandwidth: float | None
@@ -34,7 +47,8 @@ class GPU:
 
     @property
     def sram_total(self) -> float:
-        return self.smem_per_sm * self.sms
+        """The chip's on-chip SRAM (L1 + shared memory of every SM), bytes."""
+        return self.l1_smem_per_sm * self.sms
 
     def ridge_point(self) -> float:
         """FLOPs per byte above which a kernel is compute-bound (peak FLOP/s / bandwidth)."""
@@ -43,13 +57,15 @@ class GPU:
 
 A100 = GPU(
     name="A100 40GB SXM4", sms=108, hbm_bytes=40 * GB, hbm_bandwidth=1.5 * TB,
-    smem_per_sm=192 * KB, smem_bandwidth=19 * TB, l2_bytes=40 * MB, l2_bandwidth=None,
+    smem_per_sm=164 * KB, l1_smem_per_sm=192 * KB, smem_bandwidth=19 * TB, l2_bytes=40 * MB,
+    l2_bandwidth=None,
     registers_per_sm=256 * KB, matmul_flops=312 * TB, fp32_flops=19.5 * TB, exp_flops=None,
     host_bandwidth=12.8 * GB, host_memory_bytes=1e12,  # FA1 Fig. 1: CPU DRAM "> 1 TB"
 )
 H100 = GPU(
     name="H100 SXM5", sms=132, hbm_bytes=80 * GB, hbm_bandwidth=3.35 * TB,
-    smem_per_sm=228 * KB, smem_bandwidth=31 * TB, l2_bytes=50 * MB, l2_bandwidth=12 * TB,
+    smem_per_sm=228 * KB, l1_smem_per_sm=256 * KB, smem_bandwidth=31 * TB, l2_bytes=50 * MB,
+    l2_bandwidth=12 * TB,
     registers_per_sm=256 * KB, matmul_flops=989 * TB, fp32_flops=67 * TB, exp_flops=3.9 * TB,
     host_bandwidth=64 * GB,
 )
@@ -57,7 +73,8 @@ H200 = GPU(
     name="H200 SXM", sms=132, hbm_bytes=141 * GB, hbm_bandwidth=4.8 * TB,
     # L2: the driver of our H200 reports 60 MiB (L2_cache_size = 62914560 in the recording of
     # scripts/record_memory_wall.py; chapter 1 checks it), where the H100 SXM5 has 50 MB.
-    smem_per_sm=228 * KB, smem_bandwidth=31 * TB, l2_bytes=60 * MB, l2_bandwidth=12 * TB,
+    smem_per_sm=228 * KB, l1_smem_per_sm=256 * KB, smem_bandwidth=31 * TB, l2_bytes=60 * MB,
+    l2_bandwidth=12 * TB,
     registers_per_sm=256 * KB, matmul_flops=989 * TB, fp32_flops=67 * TB, exp_flops=3.9 * TB,
     host_bandwidth=64 * GB, measured_copy_bandwidth=4.25 * TB,
     measured_matmul_flops=(690 * TB, 790 * TB),
@@ -89,7 +106,8 @@ def hierarchy(gpu: GPU) -> list[Level]:
               f"{gpu.registers_per_sm // KB} KB per SM x {gpu.sms} SMs; read every cycle by the "
               "cores, bandwidth not quoted"),
         Level("shared memory / L1", gpu.sram_total, gpu.smem_bandwidth,
-              f"{gpu.smem_per_sm // KB} KB per SM x {gpu.sms} SMs (on-chip SRAM)"),
+              f"{gpu.l1_smem_per_sm // KB} KB of L1 + shared memory per SM (at most "
+              f"{gpu.smem_per_sm // KB} KB of it shared) x {gpu.sms} SMs (on-chip SRAM)"),
         Level("L2 cache", gpu.l2_bytes, gpu.l2_bandwidth, "shared by all SMs"),
         Level("HBM", gpu.hbm_bytes, gpu.hbm_bandwidth, "the GPU's main memory (vendor peak)"),
         Level("host memory", gpu.host_memory_bytes, gpu.host_bandwidth,

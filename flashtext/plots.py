@@ -97,11 +97,11 @@ def read_sweep_figure(data: dict[str, Any], gpu: GPU | None = None):
         ax.text(sizes[0] / 2**20, gpu.hbm_bandwidth / 1e12, " vendor HBM peak", fontsize=8,
                 va="bottom")
     copies = data.get("copy", [])
-    if copies:
+    if copies:  # labelled at the left, under its line, where the curve is far above
         best = max(r["bandwidth"] for r in copies)
         ax.axhline(best / 1e12, color="#4c72b0", ls="-.", lw=1)
-        ax.text(sizes[-1] / 2**20, best / 1e12, f"copy (read+write) {best / 1e12:.2f} TB/s ",
-                fontsize=8, va="bottom", ha="right")
+        ax.text(sizes[0] / 2**20, best / 1e12, f" copy (read + write) {best / 1e12:.2f} TB/s",
+                fontsize=8, va="top", color="#4c72b0")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("buffer size, MiB (log scale)")
     ax.set_ylabel("TB/s")
@@ -116,35 +116,58 @@ def read_sweep_figure(data: dict[str, Any], gpu: GPU | None = None):
 ATTENTION_STEPS = ("S = QK^T", "P = softmax(S)", "O = PV")
 
 
-def attention_split_figure(data: dict[str, Any], d: int = 64):
-    """Stacked bars: time of each naive-attention kernel, next to the fused SDPA flash kernel."""
+def attention_split_figure(data: dict[str, Any], d: int = 64, gpu: GPU | None = None):
+    """Naive attention's three kernels, measured, next to the fused SDPA flash kernel.
+
+    Left: each kernel's time per score (batch x heads x N^2 of them), side by side on a linear
+    scale so every kernel shows at every N, and the softmax's time if it ran at the measured
+    copy bandwidth for its 4 bytes per score (read S, write P). Right: each kernel's share of
+    the naive time, and the softmax share the roofline predicts on ``gpu``."""
     import matplotlib.pyplot as plt
+
+    from flashtext import roofline
 
     rows = [r for r in data["attention"] if r["d"] == d]
     if not rows:
         raise ValueError(f"no attention rows with d={d} in the recorded data")
-    fig, (ax, share) = plt.subplots(1, 2, figsize=(11, 3.6),
+    fig, (ax, share) = plt.subplots(1, 2, figsize=(11, 3.8),
                                     gridspec_kw={"width_ratios": [1.5, 1]})
     x = np.arange(len(rows))
-    bottom = np.zeros(len(rows))
-    for step in ATTENTION_STEPS:
-        t = np.array([r[step] for r in rows])
-        ax.bar(x - 0.2, t, 0.38, bottom=bottom, color=STEP_COLORS[step], label=f"naive: {step}")
-        bottom += t
-    flash = np.array([r["sdpa flash"] if r.get("sdpa flash") is not None else np.nan
-                      for r in rows])
-    ax.bar(x + 0.2, flash, 0.38, color=STEP_COLORS["fused (ideal)"], label="SDPA flash (fused)")
-    ax.set_xticks(x, [f"N={r['N']}\nB={r['batch']}" for r in rows], fontsize=8)
-    ax.set_ylabel("ms (median)")
-    ax.set_yscale("log")
-    ax.set_title(f"naive attention, 3 kernels, vs one fused kernel (16 heads, d={d}, fp16)",
-                 fontsize=9)
-    ax.legend(fontsize=7)
+    scores = np.array([r["batch"] * r["heads"] * r["N"] ** 2 for r in rows], dtype=float)
+    ps = 1e-3 / scores * 1e12  # ms -> picoseconds per score
+    width = 0.2
+    tallest = 0.0
     for k, step in enumerate(ATTENTION_STEPS):
-        frac = np.array([r[step] for r in rows]) / bottom
-        share.plot(x, 100 * frac, "o-", color=STEP_COLORS[step], label=step)
-        if k == 0:
-            share.set_xticks(x, [str(r["N"]) for r in rows])
+        t = np.array([r[step] for r in rows]) * ps
+        ax.bar(x + (k - 1.5) * width, t, width, color=STEP_COLORS[step], label=f"naive: {step}")
+        tallest = max(tallest, float(t.max()))
+    flash = np.array([r["sdpa flash"] if r.get("sdpa flash") is not None else np.nan
+                      for r in rows]) * ps
+    ax.bar(x + 1.5 * width, flash, width, color=STEP_COLORS["fused (ideal)"],
+           label="SDPA flash (the whole attention, fused)")
+    copies = data.get("copy", [])
+    if copies:
+        best = max(r["bandwidth"] for r in copies)
+        at_copy = 4 / best * 1e12  # 2 bytes read + 2 written per fp16 score
+        ax.axhline(at_copy, color=STEP_COLORS["P = softmax(S)"], ls="--", lw=1,
+                   label=f"softmax alone at copy speed ({best / 1e12:.2f} TB/s, 4 B/score)")
+    ax.set_xticks(x, [f"N={r['N']}\nB={r['batch']}" for r in rows], fontsize=8)
+    ax.set_ylabel("picoseconds per score (median)")
+    ax.set_title(f"naive attention's 3 kernels vs one fused kernel (16 heads, d={d}, fp16)",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_ylim(0, tallest * 1.45)
+    naive = np.array([sum(r[step] for step in ATTENTION_STEPS) for r in rows])
+    for step in ATTENTION_STEPS:
+        frac = np.array([r[step] for r in rows]) / naive
+        share.plot(x, 100 * frac, "o-", color=STEP_COLORS[step], label=f"{step}, measured")
+    if gpu is not None:
+        predicted = [roofline.roofline_table(
+            roofline.standard_attention_steps(r["batch"], r["heads"], r["N"], r["d"]),
+            gpu)[1]["share"] for r in rows]
+        share.plot(x, 100 * np.array(predicted), "--", color=STEP_COLORS["P = softmax(S)"],
+                   label=f"softmax, roofline ({gpu.name})")
+    share.set_xticks(x, [str(r["N"]) for r in rows])
     share.set_ylim(0, 100)
     share.set_xlabel("N")
     share.set_ylabel("% of naive time")

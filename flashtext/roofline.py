@@ -7,8 +7,9 @@ arithmetic intensity, and the time the roofline predicts on a :class:`flashtext.
 
 Measurement part (CUDA only, used live by chapter 1 on a GPU and by
 ``scripts/record_memory_wall.py`` to record the H200 numbers shown on a CPU): copy bandwidth,
-read bandwidth against buffer size (L2 vs HBM), matmul throughput, and the time split of naive
-attention (matmul, softmax, matmul) next to PyTorch's fused FlashAttention-2 backend.
+read bandwidth against buffer size (L2 vs HBM), matmul throughput, the time split of naive
+attention (matmul, softmax, matmul) next to PyTorch's fused FlashAttention-2 backend, and the
+softmax alone next to a one-pass Triton softmax and a copy of the same bytes.
 """
 
 from __future__ import annotations
@@ -282,6 +283,63 @@ def measure_naive_attention(batch: int, heads: int, n: int, d: int) -> dict[str,
     return row  # the caller may torch.cuda.empty_cache() once these tensors are gone
 
 
+def cuda_kernel_names(fn) -> list[str]:
+    """The CUDA kernels ``fn`` launches (torch.profiler), so a recording names what it timed."""
+    torch = _torch_cuda()
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    return sorted({e.name for e in prof.events() if getattr(e, "device_type", None) == cuda})
+
+
+def measure_softmax_kernels(batch: int, heads: int, n: int) -> dict[str, Any]:
+    """Why is ``torch.softmax`` over rows of N fp16 scores slower than its bytes? On one S of
+    shape (batch, heads, N, N), the same bytes three ways: ``torch.softmax`` (naive attention's
+    second kernel), chapter 9's one-pass Triton softmax (one program per row, the row read once
+    and written once, :func:`flashtext.kernels.primer.softmax`), and a plain copy of S (read
+    and write, no arithmetic). Also the CUDA kernel ``torch.softmax`` launches. TB/s count the
+    4 bytes per score the roofline counts (read S, write P)."""
+    torch = _torch_cuda()
+    from flashtext.kernels import primer
+
+    _check_sizes(batch=batch, heads=heads, n=n)
+    g = torch.Generator(device="cuda").manual_seed(n)
+    s = torch.randn(batch, heads, n, n, device="cuda", dtype=torch.float16, generator=g)
+    rows = s.view(-1, n)
+    dst = torch.empty_like(s)
+    sample = rows[:256]
+    torch.testing.assert_close(primer.softmax(sample), torch.softmax(sample, dim=-1))
+    moved = 2 * s.numel() * s.element_size()
+    row: dict[str, Any] = {"batch": batch, "heads": heads, "N": n, "bytes": moved}
+    for name, fn in (("torch.softmax", lambda: torch.softmax(s, dim=-1)),
+                     ("triton one-pass softmax", lambda: primer.softmax(rows)),
+                     ("copy", lambda: dst.copy_(s))):
+        ms = _bench(fn)
+        row[f"{name} ms"] = ms
+        row[f"{name} TB/s"] = moved / (ms * 1e-3) / 1e12
+    row["torch.softmax kernels"] = cuda_kernel_names(lambda: torch.softmax(s, dim=-1))
+    return row
+
+
+SOFTMAX_SIZES = (512, 1024, 2048, 4096, 8192)  # rows of N scores, batch * N = 65536, 16 heads
+
+
+def measure_softmax_sweep(quick: bool = False, log=print) -> list[dict[str, Any]]:
+    """:func:`measure_softmax_kernels` over chapter 1's N (two of them when ``quick``)."""
+    torch = _torch_cuda()
+    rows = []
+    for n in ((1024, 4096) if quick else SOFTMAX_SIZES):
+        rows.append(measure_softmax_kernels(65536 // n, 16, n))
+        torch.cuda.empty_cache()
+        log("softmax:", rows[-1])
+    return rows
+
+
 MiB = 2**20
 
 
@@ -321,5 +379,6 @@ def measure_memory_wall(quick: bool = False, log=print) -> dict[str, Any]:
         payload["attention"].append(row)
         torch.cuda.empty_cache()
         log("attention:", row)
+    payload["softmax"] = measure_softmax_sweep(quick, log)  # vs a one-pass kernel and a copy
     payload["seconds"] = round(time.perf_counter() - start, 1)
     return payload

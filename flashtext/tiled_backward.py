@@ -5,9 +5,10 @@ For O = P V, P = softmax(S), S = sm_scale * Q K^T and an upstream gradient dO:
     dV = P^T dO        dP = dO V^T        dS = P * (dP - delta),  delta = rowsum(dO * O)
     dQ = sm_scale * dS K                  dK = sm_scale * dS^T Q
 
-``delta`` (D in the papers) is one number per query row: D in R^N, not R^d as FA2's paper types it
-(flash-attention #2555). rowsum(dO * O) equals rowsum(P * dP) (because O = P V) but reads d
-numbers per row instead of N.
+``delta`` (D in the papers) is one number per query row, D in R^N: D_i = dO_i . O_i is a dot
+product of two rows of length d, so the shapes settle it. FA2's paper types it R^d, a typo (a
+reader's report, flash-attention #2555, is open with no maintainer reply; the math needs none).
+rowsum(dO * O) equals rowsum(P * dP) (because O = P V) but reads d numbers per row instead of N.
 
 The forward saved only ``lse`` (L = m + log l, natural log). The backward rebuilds each tile of
 P from Q, K and lse: P = exp(S - lse). Subtracting lse (not the row max) gives the *normalised*

@@ -2,6 +2,8 @@
 
     python scripts/record_memory_wall.py          # on an H200: flashtext/data/h200_memory_wall.json
     python scripts/record_memory_wall.py --quick  # a smoke test: fewer sizes, not saved
+    python scripts/record_memory_wall.py --only softmax  # add the softmax comparison to the
+                                                         # stored recording, keep the rest
 
 What it records (functions in :mod:`flashtext.roofline`; times are medians of triton's do_bench):
 
@@ -15,6 +17,10 @@ What it records (functions in :mod:`flashtext.roofline`; times are medians of tr
 * ``attention``: naive fp16 attention split into its three kernels, and SDPA's FLASH_ATTENTION,
   16 heads, d in {64, 128}, N = 512 ... 8192 with batch * N = 65536 (N = 1024, d = 64 is
   FlashAttention-1's Figure 2 setting: GPT-2 medium, batch 64).
+* ``softmax``: the softmax alone on the same S (16 heads, N = 512 ... 8192, batch * N = 65536):
+  ``torch.softmax``, chapter 9's one-pass Triton softmax and a plain copy of S, with the CUDA
+  kernel ``torch.softmax`` launches. It says whether the softmax's bytes can move at copy speed
+  (the roofline's assumption) and which kernel falls short.
 
 Runs about a minute on an H200. Without CUDA it stops with a message: nothing is invented.
 """
@@ -34,6 +40,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few sizes, print, do not save")
     parser.add_argument("--name", default=None, help="output name (default: <gpu>_memory_wall)")
+    parser.add_argument("--only", choices=("softmax",), default=None,
+                        help="measure only this part and add it to the stored recording; the "
+                             "other measurements keep their numbers and provenance")
     args = parser.parse_args()
 
     import torch
@@ -43,14 +52,27 @@ def main() -> None:
                          "Chapter 1 shows the recorded H200 results instead.")
     from flashtext import recorded, roofline
 
-    payload = roofline.measure_memory_wall(quick=args.quick,
-                                           log=lambda *a: print(*a, flush=True))
-    print(f"done in {payload['seconds']} s")
-    if args.quick:
-        return
+    log = lambda *a: print(*a, flush=True)
     name = args.name or re.sub(r"[^a-z0-9]+", "_",
                                torch.cuda.get_device_name(0).lower().replace("nvidia", "")
                                ).strip("_").split("_")[0] + "_memory_wall"
+    if args.only == "softmax":
+        import datetime
+
+        import triton
+
+        stored = recorded.load(name)  # its gpu/date/versions stay those of the first run
+        rows = roofline.measure_softmax_sweep(quick=args.quick, log=log)
+        if args.quick:
+            return
+        stamp = {"gpu": torch.cuda.get_device_name(0), "date": datetime.date.today().isoformat(),
+                 "torch": torch.__version__, "triton": triton.__version__}
+        print("wrote", recorded.save(name, {**stored, "softmax": rows, "softmax_recorded": stamp}))
+        return
+    payload = roofline.measure_memory_wall(quick=args.quick, log=log)
+    print(f"done in {payload['seconds']} s")
+    if args.quick:
+        return
     print("wrote", recorded.save(name, payload))
 
 

@@ -63,6 +63,19 @@ def test_measurements_need_cuda():
         roofline.measure_copy_bandwidth()
     with pytest.raises(RuntimeError, match="CUDA GPU"):
         roofline.measure_memory_wall(quick=True)
+    with pytest.raises(RuntimeError, match="CUDA GPU"):
+        roofline.measure_softmax_kernels(1, 1, 64)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_softmax_measurement_names_its_kernel_and_counts_the_bytes():
+    row = roofline.measure_softmax_kernels(2, 4, 1024)
+    assert row["bytes"] == 2 * 2 * 4 * 1024 * 1024 * 2  # read S + write P, fp16
+    for name in ("torch.softmax", "triton one-pass softmax", "copy"):
+        assert row[f"{name} ms"] > 0
+        assert row[f"{name} TB/s"] == pytest.approx(row["bytes"] / row[f"{name} ms"] / 1e9)
+    assert any("softmax" in k.lower() for k in row["torch.softmax kernels"])
 
 
 def test_read_kernel_sums_what_it_reads():
@@ -77,3 +90,32 @@ def test_read_kernel_sums_what_it_reads():
     assert out.tolist() == pytest.approx(expected)
     with pytest.raises(ValueError, match="float32"):
         roofline.read_sweep(x[:100], programs=1, iters=1)
+
+
+def test_record_script_adds_the_softmax_part_and_keeps_the_rest(monkeypatch, tmp_path):
+    """``record_memory_wall.py --only softmax`` adds the softmax comparison to the stored
+    recording: the other numbers and their provenance stay, the new part carries its own."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    from flashtext import recorded
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "record_memory_wall.py"
+    spec = importlib.util.spec_from_file_location("record_memory_wall", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stored = {"gpu": "NVIDIA H200", "date": "2026-11-29", "torch": "2.11.0", "triton": "3.6.0",
+              "copy": [{"bytes": 1, "ms": 1.0, "bandwidth": 2.0}]}
+    (tmp_path / "h200_memory_wall.json").write_text(json.dumps(stored))
+    monkeypatch.setattr(recorded, "DATA_DIR", tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=0: "NVIDIA H200")
+    monkeypatch.setattr(roofline, "measure_softmax_sweep", lambda quick, log: [{"N": 8192}])
+    monkeypatch.setattr(sys, "argv", ["record_memory_wall.py", "--only", "softmax"])
+    module.main()
+    out = json.loads((tmp_path / "h200_memory_wall.json").read_text())
+    assert {k: out[k] for k in stored} == stored  # the first run's numbers and provenance
+    assert out["softmax"] == [{"N": 8192}] and out["softmax_recorded"]["gpu"] == "NVIDIA H200"
+    assert out["softmax_recorded"]["torch"] == torch.__version__

@@ -69,6 +69,23 @@ def test_measured_points_and_figures():
         plots.attention_split_figure(data, d=32)
 
 
+def test_attention_split_shows_every_kernel_per_score_on_a_linear_scale():
+    data = synthetic_payload()
+    fig = plots.attention_split_figure(data, d=64, gpu=GPUS["H200"])
+    bars, share = fig.axes
+    assert bars.get_yscale() == "linear"  # a log scale hid the smallest kernel
+    scores = [64 * 16 * 1024**2, 16 * 16 * 4096**2]  # batch x heads x N^2
+    heights = sorted(round(r.get_height(), 9) for r in bars.patches)
+    for ms, label in ((1.0, "S = QK^T"), (2.0, "P = softmax(S)"), (0.5, "flash")):
+        for count in scores:
+            assert round(ms * 1e-3 / count * 1e12, 9) in heights, label
+    copy_line = next(line for line in bars.get_lines() if "copy speed" in line.get_label())
+    assert copy_line.get_ydata()[0] == pytest.approx(4 / 2.0e12 * 1e12)  # 4 B/score at 2 TB/s
+    roof = next(line for line in share.get_lines() if "roofline" in line.get_label())
+    assert 40 < roof.get_ydata()[-1] < 55  # the roofline's softmax share, about half
+    plt.close(fig)
+
+
 def test_human_units():
     assert plots.human_bytes(4.8e12) == "4.8 TB" and plots.human_rate(12.8e9) == "12.8 GB/s"
     assert plots.human_bytes(512) == "512 B"

@@ -26,3 +26,19 @@ def test_widget_controls_drive_the_state_and_redraw(monkeypatch):
     n_slider.value = 8192
     assert t.n == 8192 and "N=8192" in t.caption()
     assert drawn[-1] == 8192  # the figure was redrawn for the new N
+
+
+def test_figure_shows_the_growth_with_n():
+    import matplotlib.pyplot as plt
+
+    t = TensorSizes(n=4096, d=128, heads=32)
+    fig = t.figure()
+    bars, growth = fig.axes
+    labels = [line.get_label() for line in growth.get_lines()]
+    assert "S (N x N): grows as N²" in labels and "Q + K + V + O: grows as N" in labels
+    s_curve = next(line for line in growth.get_lines() if line.get_label().startswith("S"))
+    xs, ys = s_curve.get_data()
+    assert ys[1] / ys[0] == (xs[1] / xs[0]) ** 2  # quadratic in N
+    i = list(xs).index(4096)
+    assert ys[i] == t.sizes()["S (N x N)"] / 1e9  # the curve passes through this layer's S
+    plt.close(fig)

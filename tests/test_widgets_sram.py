@@ -62,29 +62,51 @@ def test_line12_stepper_matches_exact_softmax_everywhere():
     stepper = Line12Stepper()
     g = cost.fa1_grid(stepper.n, stepper.d, stepper.m_elements)
     assert (g["Tr"], g["Tc"]) == (4, 4)
-    for i in range(4):
-        for j in range(4):
-            for row in range(3):
+    for i in range(1, 5):  # the paper's 1-based block indices
+        for j in range(1, 5):
+            for row in range(1, 4):
                 stepper.i, stepper.j, stepper.query = i, j, row
                 w = stepper.weights()
                 np.testing.assert_allclose(w["used"], w["exact"], atol=1e-15)
-                assert np.all(w["used"][3 * (j + 1):] == 0)
-    stepper.i, stepper.j, stepper.query = 1, 2, 1
+                assert np.all(w["used"][3 * j:] == 0)  # keys 3j + 1 .. N not seen yet
+                assert np.any(w["used"][3 * (j - 1):3 * j] > 0)  # block j's keys are in
+    stepper.i, stepper.j, stepper.query = 2, 3, 2
     st = stepper.step()
+    assert (st.i, st.j) == (1, 2)  # tiled.Step counts from 0
     assert st.m_new[1] > st.m_old[1]  # the default view shows a max that moves
+    assert stepper.query_row() == 5
+    assert stepper.caption().startswith("row block i=2, key block j=3 (keys 7-9 on chip); "
+                                        "query row 5 of 12 (row 2 of the block)")
 
 
-def test_line12_stepper_controls():
+def test_line12_stepper_figures():
     import matplotlib.pyplot as plt
 
     stepper = Line12Stepper()
-    plt.close(stepper.figure())
+    fig = stepper.figure()  # static: the weights after every key block, j = 1..Tc
+    assert [ax.get_title().splitlines()[0] for ax in fig.axes] == [
+        "after j=1 (keys 1-3 seen)", "after j=2 (keys 1-6 seen)", "after j=3 (keys 1-9 seen)",
+        "after j=4 (keys 1-12 seen)"]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()][:3] == ["1", "2", "3"]
+    plt.close(fig)
+    frame = stepper.frame_figure()  # live: one step, the tile grid and one row's weights
+    assert len(frame.axes) == 2 and "query row 5" in frame.axes[1].get_ylabel()
+    plt.close(frame)
+
+
+def test_line12_stepper_controls():
+    stepper = Line12Stepper()
     box = stepper.widget()
     i, j, row = box.children[0].children
+    assert (i.value, j.value, row.value) == (2, 3, 2)  # the sliders show the same 1-based values
     j.value = 1
-    assert stepper.j == 0 and "key block j=1" in stepper.caption()
-    with pytest.raises(ValueError, match="i must be in"):
+    assert stepper.j == 1 and "key block j=1 (keys 1-3 on chip)" in stepper.caption()
+    row.value = 3
+    assert stepper.query_row() == 6
+    with pytest.raises(ValueError, match="i must be in 1..4"):
         Line12Stepper(i=9)
+    with pytest.raises(ValueError, match="j must be in 1..4"):
+        Line12Stepper(j=0)
 
 
 def test_traffic_curves_state_and_controls():

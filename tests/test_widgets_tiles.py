@@ -63,6 +63,37 @@ def test_stepper_widget_drives_state():
     assert t.total_steps == 9
 
 
+def test_stepper_static_figure_shows_the_key_steps_and_live_view_one():
+    import matplotlib.pyplot as plt
+
+    t = TileStepper(n=4, block=2)
+    assert t.key_steps() == [0, 1, 2, 3]  # few steps: every one of them
+    fig = t.figure()
+    titles = [ax.get_title() for ax in fig.axes[:4]]
+    assert titles == [f"step {k + 1} of 4\nquery-block {i}, key-block {j}"
+                      for k, (i, j) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)])]
+    assert "(m, l) after the last tile" in fig.axes[4].texts[0].get_text()
+    plt.close(fig)
+    big = TileStepper(n=10, block=3)  # 16 steps: first two, where the loop turns, the last
+    assert big.key_steps() == [0, 1, 3, 4, 15]
+    assert big.step == 0  # drawing other steps leaves the state alone
+    t.step = 2
+    frame = t.frame_figure()
+    assert frame.axes[0].get_title() == t.caption() == "step 3 of 4 — query-block 1, key-block 0"
+    plt.close(frame)
+
+
+def test_stepper_live_view_redraws_the_current_frame(monkeypatch):
+    from flashtext.widgets import tiles
+
+    drawn = []
+    monkeypatch.setattr(tiles, "redraw_into", lambda out, view: drawn.append(view))
+    t = TileStepper(n=4, block=2)
+    box = t.widget()
+    box.children[0].children[1].value = 2
+    assert isinstance(drawn[-1], tiles.CurrentFrame) and drawn[-1].draw == t.frame_figure
+
+
 def test_memory_bars_seed_numbers_and_flat_tile():
     bars = MemoryBars(n=16, block=2)
     assert (bars.naive_peak(), bars.tiled_peak()) == (256, 4)
@@ -142,6 +173,22 @@ def test_merge_tree_widget_drives_state():
     blocks.value = 7
     box.children[1].value = "left fold"
     assert t.blocks == 7 and t.shape == "left fold" and "depth 6" in t.caption()
+
+
+def test_merge_tree_static_figure_shows_every_shape():
+    import matplotlib.pyplot as plt
+
+    from flashtext.widgets.tiles import SHAPES, MergeTree
+
+    t = MergeTree(n=12, blocks=5, shape="random", seed=0)
+    fig = t.figure()
+    titles = [ax.get_title() for ax in fig.axes]
+    assert [title.split(":")[0] for title in titles] == list(SHAPES)
+    assert "depth 4" in titles[0] and "depth 3" in titles[1]  # left fold T - 1, balanced log2
+    plt.close(fig)
+    frame = t.frame_figure()  # the live view: this widget's shape only
+    assert len(frame.axes) == 1 and frame.axes[0].get_title().startswith("random")
+    plt.close(frame)
 
 
 def test_multiple_choice():

@@ -73,8 +73,8 @@ def query_tiles(start_n, N_Q, N_K, LEFT, RIGHT, BLOCK_M: tl.constexpr, BLOCK_N: 
         full_hi = end
     else:
         full_hi = full_hi // BLOCK_M * BLOCK_M
-    if full_hi <= full_lo:  # one masked stretch [lo, hi), split anywhere inside it
-        full_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
+    if full_hi <= full_lo:  # one masked stretch: the query tiles that start in [lo, hi)
+        full_lo = tl.minimum(tl.maximum(full_lo, lo), tl.cdiv(hi, BLOCK_M) * BLOCK_M)
         full_hi = full_lo
     return lo, full_lo, full_hi, hi
 

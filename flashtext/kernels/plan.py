@@ -86,7 +86,7 @@ def key_program(start_n: int, n_q: int, n_k: int, BLOCK_M: int, BLOCK_N: int,  #
     full_hi = max(min(start_n - off + left + 1, n_q), 0)
     full_hi = end if full_hi >= n_q else full_hi // BLOCK_M * BLOCK_M
     if full_hi <= full_lo:
-        full_lo = min(max(full_lo, lo), hi)
+        full_lo = min(max(full_lo, lo), _cdiv(hi, BLOCK_M) * BLOCK_M)
         full_hi = full_lo
     return KeyProgram(start_n, lo, full_lo, full_hi, hi)
 

@@ -35,10 +35,14 @@ class TensorSizes:
                 f"an H200's {H200.hbm_bytes / 1e9:.0f} GB")
 
     def figure(self):
+        """Left: the tensors of this layer. Right: how they grow with N (log-log): the score
+        matrix quadratically, Q, K, V and O linearly, against the H200's memory; this N marked."""
         import matplotlib.pyplot as plt
+        import numpy as np
 
         s = self.sizes()
-        fig, ax = plt.subplots(figsize=(7, 3))
+        fig, (ax, grow) = plt.subplots(1, 2, figsize=(11, 3.2),
+                                       gridspec_kw={"width_ratios": [1.3, 1]})
         names = list(s)
         ax.barh(names, [v / 1e9 for v in s.values()],
                 color=["#4c72b0"] * 4 + ["#c44e52"])
@@ -46,7 +50,20 @@ class TensorSizes:
         ax.text(H200.hbm_bytes / 1e9, -0.6, " H200 HBM", va="bottom", fontsize=8)
         ax.set_xscale("log")
         ax.set_xlabel("GB (log scale)")
-        ax.set_title(self.caption(), fontsize=8)
+        ns = 2.0 ** np.arange(8, 18)
+        per_n = {k: v / self.n for k, v in s.items()}
+        grow.loglog(ns, per_n["S (N x N)"] / self.n * ns**2 / 1e9, color="#c44e52",
+                    label="S (N x N): grows as N²")
+        grow.loglog(ns, 4 * per_n["Q"] * ns / 1e9, color="#4c72b0",
+                    label="Q + K + V + O: grows as N")
+        grow.axhline(H200.hbm_bytes / 1e9, color="k", ls="--", lw=1, label="H200 HBM")
+        grow.plot([self.n] * 2, [4 * s["Q"] / 1e9, s["S (N x N)"] / 1e9], "ko", ms=4)
+        grow.axvline(self.n, color="0.6", lw=0.8)
+        grow.set_xscale("log", base=2)
+        grow.set_xlabel("sequence length N (log scale)")
+        grow.set_ylabel("GB")
+        grow.legend(fontsize=7, loc="upper left")
+        fig.suptitle(self.caption(), fontsize=8)
         fig.tight_layout()
         return fig
 

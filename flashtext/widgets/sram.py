@@ -3,16 +3,20 @@
 * :class:`SRAMBudget` (chapter 4, Play): choose M, d and N; see Bc, Br, Tr, Tc, the tile grid of
   the N x N score matrix (which is never stored) and how full the SRAM is in one iteration.
 * :class:`Line12Stepper` (chapter 5): step through the key blocks of one row block and watch the
-  green (already folded) and yellow (on chip now) keys, and one query row's softmax weights.
+  green (already folded) and yellow (on chip now) keys, and one query row's softmax weights
+  (the paper's 1-based i and j; keys and rows numbered from 1 too).
 * :class:`TrafficCurves` (chapter 6, Play): Algorithm 1's HBM accesses against N and against M,
   next to standard attention's, and the M from which Algorithm 1 moves less.
 
-Both are state objects with ``figure()`` and ``widget()`` reading the same state; all numbers
-come from :mod:`flashtext.cost` and :mod:`flashtext.tiled`, nothing is recomputed here.
+All are state objects with ``figure()`` and ``widget()`` reading the same state; all numbers
+come from :mod:`flashtext.cost` and :mod:`flashtext.tiled`, nothing is recomputed here. The
+stepper's ``figure()`` shows every step side by side for the static page; its live widget
+redraws one step, ``frame_figure()``.
 """
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +24,7 @@ import numpy as np
 from flashtext import cost, reference, tiled
 from flashtext.hardware import GPUS
 from flashtext.widgets.base import redraw_into
+from flashtext.widgets.tiles import CurrentFrame
 
 TILE_COLORS = {"K_j": "#4c72b0", "V_j": "#55a868", "Q_i": "#8172b2", "O_i": "#ccb974",
                "S_ij": "#c44e52", "l_i, m_i": "#64b5cd", "line 10-11 row stats": "#999999"}
@@ -210,78 +215,111 @@ class SRAMBudget:
 
 @dataclass
 class Line12Stepper:
-    """Walk the key blocks j of one row block i of a small Algorithm 1 run (0-based i, j).
+    """Walk the key blocks j of one row block i of a small Algorithm 1 run.
 
-    The figure colours row block i: key blocks already folded into O_i green, the one on chip
-    yellow; and plots, for query row ``query`` of that block, the softmax weights the current
-    O_i uses (diag(l_new)^-1 e^{s - m_new}) next to the exact softmax over the keys seen so far.
+    Every index is 1-based, as in the paper: row block ``i`` in 1..Tr, key block ``j`` in
+    1..Tc, ``query`` the row within the block in 1..Br, and the figures number keys and query
+    rows 1..N. ``frame_figure()`` shows the step (i, j): row block i's key blocks already folded
+    into O_i green, the one on chip yellow, and, for the chosen query row, the softmax weights the
+    current O_i uses (diag(l_new)^-1 e^{s - m_new}) next to the exact softmax over the keys seen
+    so far. ``figure()``, the static page's view, shows those weights after every key block
+    j = 1..Tc side by side.
     """
 
     n: int = 12
     d: int = 4
     m_elements: int = 48  # Bc = Br = 3: a 4 x 4 grid of 3 x 3 tiles
-    i: int = 1
-    j: int = 2
-    query: int = 1  # with seed 0 this row's max rises at j = 3, so line 12 has work to do
+    i: int = 2
+    j: int = 3
+    query: int = 2  # with seed 0 this row's max rises at j = 3, so line 12 has work to do
     seed: int = 0
 
     def __post_init__(self) -> None:
         self.validate()
 
+    def grid(self) -> dict[str, int]:
+        return cost.fa1_grid(self.n, self.d, self.m_elements)
+
     def validate(self) -> None:
         _check_positive(n=self.n, d=self.d, m_elements=self.m_elements)
-        g = cost.fa1_grid(self.n, self.d, self.m_elements)
+        g = self.grid()
         for name, top in (("i", g["Tr"]), ("j", g["Tc"])):
             value = getattr(self, name)
-            if not 0 <= value < top:
-                raise ValueError(f"{name} must be in [0, {top}), got {value}")
-        rows = min(g["Br"], self.n - self.i * g["Br"])
-        self.query = int(min(max(self.query, 0), rows - 1))
+            if not isinstance(value, (int, np.integer)) or not 1 <= value <= top:
+                raise ValueError(f"{name} must be in 1..{top} (the paper's 1-based block "
+                                 f"index), got {value!r}")
+        rows = min(g["Br"], self.n - (self.i - 1) * g["Br"])
+        self.query = int(min(max(self.query, 1), rows))
 
     def _run(self) -> tiled.Run:
         rng = np.random.default_rng(self.seed)
         self._qkv = tuple(2.0 * rng.standard_normal((self.n, self.d)) for _ in range(3))
         budget = sum(cost.fa1_sram_elements(self.m_elements, self.d).values())
-        return tiled.algorithm1(*self._qkv, self.m_elements, trace=True,
-                                     sram_elements=budget)
+        return tiled.algorithm1(*self._qkv, self.m_elements, trace=True, sram_elements=budget)
 
-    def step(self) -> tiled.Step:
-        """The :class:`flashtext.tiled.Step` at (i, j)."""
-        run = self._run()
-        return next(s for s in run.steps if (s.i, s.j) == (self.i, self.j))
+    def step(self, j: int | None = None) -> tiled.Step:
+        """The :class:`flashtext.tiled.Step` at (i, j), 1-based (``j`` defaults to this j)."""
+        j = self.j if j is None else j
+        run = self._run()  # tiled.Step counts its blocks from 0
+        return next(s for s in run.steps if (s.i, s.j) == (self.i - 1, j - 1))
 
-    def weights(self) -> dict[str, np.ndarray]:
-        """For the chosen query row: the weights O_i uses now, and the exact ones so far."""
-        st = self.step()
+    def query_row(self) -> int:
+        """The chosen query's row of the N x N matrix, 1-based."""
+        return (self.i - 1) * self.grid()["Br"] + self.query
+
+    def weights(self, j: int | None = None) -> dict[str, np.ndarray]:
+        """For the chosen query row after key block ``j``: the weights O_i uses, the exact
+        softmax over the keys seen so far, and the row's scores (arrays indexed by key - 1)."""
+        st = self.step(j)
         q, k, _ = self._qkv
-        row = st.rows.start + self.query
+        row = self.query_row() - 1
+        r = self.query - 1
         s = reference.scores(q[row:row + 1], k)[0]
-        used = np.exp(s - st.m_new[self.query]) / st.l_new[self.query]
+        used = np.exp(s - st.m_new[r]) / st.l_new[r]
         used[st.keys_seen.stop:] = 0.0  # keys not seen yet carry no weight
         exact = np.zeros_like(used)
         exact[:st.keys_seen.stop] = reference.softmax(s[:st.keys_seen.stop])
         return {"used": used, "exact": exact, "scores": s}
 
+    def _keys(self, sl: slice) -> str:
+        return f"keys {sl.start + 1}-{sl.stop}" if sl.stop - sl.start > 1 else f"key {sl.stop}"
+
     def caption(self) -> str:
         st = self.step()
-        r = self.query
+        r = self.query - 1
         w = self.weights()
         err = np.abs(w["used"] - w["exact"]).max()
-        return (f"row block i={self.i + 1}, key block j={self.j + 1} (paper's 1-based indices)\n"
-                f"query row {st.rows.start + r}: m {st.m_old[r]:.3f} -> {st.m_new[r]:.3f}, "
-                f"l {st.l_old[r]:.3f} -> {st.l_new[r]:.3f}; "
-                f"max |weights - exact softmax so far| = {err:.1e}")
+        return (f"row block i={self.i}, key block j={self.j} ({self._keys(st.cols)} on chip); "
+                f"query row {self.query_row()} of {self.n} (row {self.query} of the block): "
+                f"m {st.m_old[r]:.3f} -> {st.m_new[r]:.3f}, l {st.l_old[r]:.3f} -> "
+                f"{st.l_new[r]:.3f}; max |weights - exact softmax so far| = {err:.1e}")
 
-    def figure(self):
+    def _draw_weights(self, ax, j: int) -> float:
+        """Bars and crosses for the query row after key block j; returns the tallest."""
+        st = self.step(j)
+        w = self.weights(j)
+        keys = np.arange(1, self.n + 1)
+        colors = [GREEN if kk <= st.cols.start else YELLOW if kk <= st.cols.stop else FUTURE
+                  for kk in keys]
+        ax.bar(keys, w["used"], color=colors, edgecolor="k", lw=0.5,
+               label="weights O_i uses now: e^(s - m_new) / l_new")
+        seen = keys <= st.keys_seen.stop
+        ax.plot(keys[seen], w["exact"][seen], "kx", ms=8,
+                label="exact softmax over the keys seen so far")
+        ax.set_xticks(keys if self.n <= 16 else keys[::max(1, self.n // 8)])
+        ax.set_xlabel("key (1-based)")
+        return max(1e-9, w["used"].max(), w["exact"].max())
+
+    def frame_figure(self):
+        """One step (i, j): the tile grid and the chosen query row's weights."""
         import matplotlib.pyplot as plt
         from matplotlib.colors import ListedColormap
 
-        st = self.step()
-        g = cost.fa1_grid(self.n, self.d, self.m_elements)
+        g = self.grid()
         fig, (ax, wx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 2]})
         status = np.zeros((g["Tr"], g["Tc"]))
-        status[self.i, :self.j] = 1
-        status[self.i, self.j] = 2
+        status[self.i - 1, :self.j - 1] = 1
+        status[self.i - 1, self.j - 1] = 2
         rows, cols = _edges(self.n, g["Br"]), _edges(self.n, g["Bc"])
         ax.pcolormesh(cols, rows, status, cmap=ListedColormap([FUTURE, GREEN, YELLOW]),
                       vmin=0, vmax=2, edgecolors="k", linewidth=0.8)
@@ -290,28 +328,43 @@ class Line12Stepper:
         for ii in range(g["Tr"]):
             ax.text(-0.3, (rows[ii] + rows[ii + 1]) / 2, f"i={ii + 1}", ha="right",
                     va="center", fontsize=8)
-        row = st.rows.start + self.query
-        ax.axhline(row + 0.5, color="k", ls=":", lw=1)
+        row = self.query_row()
+        ax.axhline(row - 0.5, color="k", ls=":", lw=1)
         ax.set_xlim(0, self.n)
         ax.set_ylim(self.n, 0)
         ax.set_aspect("equal")
         ax.set_xticks([])
         ax.set_yticks([])
-        ax.set_title("green: folded into O_i   yellow: on chip now", fontsize=9, pad=22)
-        w = self.weights()
-        keys = np.arange(self.n)
-        colors = [GREEN if kk < st.cols.start else YELLOW if kk < st.cols.stop else FUTURE
-                  for kk in keys]
-        wx.bar(keys, w["used"], color=colors, edgecolor="k", lw=0.5,
-               label="weights O_i uses now: e^(s - m_new) / l_new")
-        seen = keys < st.keys_seen.stop
-        wx.plot(keys[seen], w["exact"][seen], "kx", ms=8,
-                label="exact softmax over the keys seen so far")
-        wx.set_xlabel("key index")
-        wx.set_ylabel(f"weight of key in row {row}")
-        wx.legend(fontsize=8, loc="upper right")
-        wx.set_ylim(0, max(1e-9, w["used"].max(), w["exact"].max()) * 1.25)
-        fig.suptitle(self.caption(), fontsize=8)
+        ax.set_title(f"green: folded into O_{self.i}   yellow: on chip now\n"
+                     f"(dotted: query row {row})", fontsize=9, pad=22)
+        wx.set_ylim(0, self._draw_weights(wx, self.j) * 1.25)
+        wx.set_ylabel(f"weight of each key in query row {row}")
+        wx.legend(fontsize=8, loc="upper left")
+        fig.suptitle(textwrap.fill(self.caption(), 150), fontsize=8)
+        fig.tight_layout(rect=(0, 0, 1, 0.95))
+        return fig
+
+    def figure(self):
+        """The static page's view: the chosen query row's weights after each key block
+        j = 1..Tc of row block i. Earlier keys shrink whenever a later block raises the max;
+        the bars stay on the crosses at every step."""
+        import matplotlib.pyplot as plt
+
+        tc = self.grid()["Tc"]
+        fig, axes = plt.subplots(1, tc, figsize=(3.1 * tc, 3.3), sharey=True, squeeze=False)
+        tallest = 0.0
+        for j, ax in enumerate(axes[0], start=1):
+            st = self.step(j)
+            r = self.query - 1
+            tallest = max(tallest, self._draw_weights(ax, j))
+            ax.set_title(f"after j={j} ({self._keys(st.keys_seen)} seen)\n"
+                         f"m {st.m_old[r]:.2f} -> {st.m_new[r]:.2f}", fontsize=8)
+        axes[0][0].set_ylim(0, tallest * 1.15)
+        axes[0][0].set_ylabel(f"weight in query row {self.query_row()}")
+        axes[0][-1].legend(fontsize=7, loc="upper left")
+        fig.suptitle(f"row block i={self.i}, query row {self.query_row()}: the weights O_{self.i} "
+                     "uses after each key block (green: folded in before, yellow: this block; "
+                     "crosses: the exact softmax over the keys seen)", fontsize=9)
         fig.tight_layout()
         return fig
 
@@ -319,18 +372,18 @@ class Line12Stepper:
         import ipywidgets as w
 
         out = w.Output()
-        g = cost.fa1_grid(self.n, self.d, self.m_elements)
-        i = w.IntSlider(value=self.i + 1, min=1, max=g["Tr"], description="row block i")
-        j = w.IntSlider(value=self.j + 1, min=1, max=g["Tc"], description="key block j")
-        query = w.IntSlider(value=self.query, min=0, max=g["Br"] - 1, description="row in block")
+        g = self.grid()
+        i = w.IntSlider(value=self.i, min=1, max=g["Tr"], description="row block i")
+        j = w.IntSlider(value=self.j, min=1, max=g["Tc"], description="key block j")
+        query = w.IntSlider(value=self.query, min=1, max=g["Br"], description="row in block")
         for control, cls in ((i, "ft-line12-i"), (j, "ft-line12-j"), (query, "ft-line12-row")):
             control.add_class(cls)
             control.style = {"description_width": "initial"}
 
         def redraw(_=None):
-            self.i, self.j, self.query = i.value - 1, j.value - 1, query.value
+            self.i, self.j, self.query = i.value, j.value, query.value
             self.validate()
-            redraw_into(out, self)
+            redraw_into(out, CurrentFrame(self.frame_figure))
 
         for control in (i, j, query):
             control.observe(redraw, names="value")

@@ -1,13 +1,17 @@
 """Chapter 2's widgets: the tile stepper, the naive-vs-tiled memory bars, the checkpoint picker.
 
 Each is a small state object with ``figure()`` (static matplotlib) and ``widget()`` (live
-ipywidgets); both read the same state, so tests set a value and check what changes.
+ipywidgets); both read the same state, so tests set a value and check what changes. A widget that
+steps through frames (:class:`TileStepper`) draws the frames that matter side by side in
+``figure()``, for a reader of the static page, and one frame, the current one, in
+``frame_figure()``, which is what its live widget redraws.
 """
 
 from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +26,17 @@ def _positive(name: str, value) -> int:
     if not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+@dataclass(frozen=True)
+class CurrentFrame:
+    """What a stepping widget's live view redraws: one frame (``draw``), where the widget's own
+    ``figure()`` shows several for the static page."""
+
+    draw: Callable
+
+    def figure(self):
+        return self.draw()
 
 
 
@@ -109,17 +124,26 @@ class TileStepper:
             state = state.update(block)
         return state
 
-    def figure(self):
+    def key_steps(self, most: int = 6) -> list[int]:
+        """The steps a static page shows: all of them when there are few, else the first two,
+        the end of the first row of tiles and the start of the next (where the loop turns),
+        and the last."""
+        t, total = self.blocks_per_side, self.total_steps
+        if total <= most:
+            return list(range(total))
+        return sorted({0, 1, t - 1, t, total - 1})
+
+    def _draw_tiles(self, ax, step: int, numbers: bool) -> None:
+        """The n x n matrix at ``step``: the tile on chip orange, folded tiles blue."""
         import matplotlib.pyplot as plt
 
-        s, chip, seen = self.scores(), self.on_chip(), self.visited()
-        state = self.running_state()
-        fig, (ax, side) = plt.subplots(1, 2, figsize=(7.5, 4.6),
-                                       gridspec_kw={"width_ratios": [3, 1.3]})
+        here = TileStepper(n=self.n, block=self.block, step=step, order=self.order,
+                           seed=self.seed)
+        s, chip, seen = here.scores(), here.on_chip(), here.visited()
         shade = np.where(chip, 2, np.where(seen, 1, 0))
         cmap = plt.matplotlib.colors.ListedColormap(["#f2f2f2", "#c9d7ea", "#f0a35e"])
         ax.imshow(shade, cmap=cmap, vmin=0, vmax=2)
-        if self.n <= 16:
+        if numbers:
             for r, c in zip(*np.nonzero(chip), strict=True):
                 ax.text(c, r, f"{s[r, c]:g}", ha="center", va="center", fontsize=8)
         for b in range(1, self.blocks_per_side):
@@ -129,21 +153,57 @@ class TileStepper:
         ax.set_yticks([])
         ax.set_xlabel("keys")
         ax.set_ylabel("queries")
-        ax.set_title(self.caption(), fontsize=10)
-        # the running statistics, one (m, l) per query row
-        side.axis("off")
-        lines = ["running (m, l) per row", "", "row      m       l"]
+
+    def _state_lines(self, state: SoftmaxState, title: str) -> str:
+        lines = [title, "", "row      m       l"]
         for r in range(min(self.n, 16)):
             m, l = state.m[r], state.l[r]  # noqa: E741
             shown = f"{m:>6.2f} {l:>7.3f}" if np.isfinite(m) else "  -inf       0"
             lines.append(f"{r:>3} {shown}")
         if self.n > 16:
             lines.append("...")
-        side.text(0, 1, "\n".join(lines), va="top", family="monospace", fontsize=8)
+        return "\n".join(lines)
+
+    def frame_figure(self):
+        """One frame, the current step: the tile on chip and every row's running (m, l)."""
+        import matplotlib.pyplot as plt
+
+        fig, (ax, side) = plt.subplots(1, 2, figsize=(7.5, 4.6),
+                                       gridspec_kw={"width_ratios": [3, 1.3]})
+        self._draw_tiles(ax, self.step, numbers=self.n <= 16)
+        ax.set_title(self.caption(), fontsize=10)
+        side.axis("off")
+        side.text(0, 1, self._state_lines(self.running_state(), "running (m, l) per row"),
+                  va="top", family="monospace", fontsize=8)
         fig.text(0.02, 0.02, f"orange: the {self.scores_on_chip()} scores that exist now "
                  f"(of {self.n * self.n})\nblue: already folded into the running (m, l) and "
                  "discarded; grey: not computed yet", fontsize=8)
         fig.tight_layout(rect=(0, 0.08, 1, 1))
+        return fig
+
+    def figure(self):
+        """The static page's view: the key steps side by side, then the (m, l) of every row
+        after the last tile (the whole row's statistics, although no row was ever complete)."""
+        import matplotlib.pyplot as plt
+
+        steps = self.key_steps()
+        fig, axes = plt.subplots(1, len(steps) + 1, figsize=(2.4 * len(steps) + 2.6, 3.4),
+                                 gridspec_kw={"width_ratios": [1] * len(steps) + [1.1]})
+        for ax, k in zip(axes, steps, strict=False):
+            self._draw_tiles(ax, k, numbers=self.n <= 8)
+            i, j = self.tile(k)
+            ax.set_title(f"step {k + 1} of {self.total_steps}\nquery-block {i}, key-block {j}",
+                         fontsize=8)
+        side = axes[-1]
+        side.axis("off")
+        last = TileStepper(n=self.n, block=self.block, step=self.total_steps - 1,
+                           order=self.order, seed=self.seed)
+        side.text(0, 1, self._state_lines(last.running_state(), "(m, l) after the last tile"),
+                  va="top", family="monospace", fontsize=8)
+        fig.suptitle(f"{self.order} order, n = {self.n}, block = {self.block}: orange, the one "
+                     f"tile whose scores exist (at most {min(self.block, self.n) ** 2}); blue, "
+                     "folded into (m, l) and discarded; grey, not computed yet", fontsize=9)
+        fig.tight_layout()
         return fig
 
     def widget(self):
@@ -175,7 +235,7 @@ class TileStepper:
             self.step = min(step.value, self.total_steps) - 1
             caption.value = (f"<b>{self.caption()}</b> — {self.scores_on_chip()} of "
                              f"{self.n * self.n} scores on chip")
-            redraw_into(out, self)
+            redraw_into(out, CurrentFrame(self.frame_figure))
 
         step.observe(redraw, names="value")
         for control in (n, block, order):
@@ -462,19 +522,18 @@ class MergeTree:
         return (f"{self.shape}: {self.blocks} blocks, {self.blocks - 1} merges, depth "
                 f"{tree_depth(t)}; root log-sum-exp {float(self.evaluate(t).lse()):.12g}")
 
-    def figure(self):
-        import matplotlib.pyplot as plt
-
+    def _draw_tree(self, ax, shape: str, width: int | None = None) -> None:
+        """The blocks' own (m, l) at the bottom, merged up the ``shape`` tree to its root."""
         from flashtext.reference import logsumexp
 
-        tree, pieces = self.tree(), self.pieces()
+        view = MergeTree(n=self.n, blocks=self.blocks, shape=shape, seed=self.seed)
+        tree, pieces = view.tree(), view.pieces()
         starts = np.cumsum([0] + [len(p) for p in pieces])
         order = {leaf: i for i, leaf in enumerate(tree_leaves(tree))}
         height = tree_depth(tree)
-        fig, ax = plt.subplots(figsize=(max(6.5, 1.9 * self.blocks), 1.3 + 1.0 * height))
 
         def draw(node: Tree) -> tuple[float, float]:
-            st = self.evaluate(node)
+            st = view.evaluate(node)
             label = f"m={float(st.m):.1f}\nℓ={float(st.l):.3f}"
             if isinstance(node, int):
                 x, y = float(order[node]), 0.0
@@ -492,11 +551,33 @@ class MergeTree:
 
         draw(tree)
         ax.set_xlim(-0.7, self.blocks - 0.3)
-        ax.set_ylim(-0.7, height + 0.7)
+        ax.set_ylim(-0.7, max(height, 1) + 0.7)
         ax.axis("off")
-        exact = logsumexp(self.row())
-        ax.set_title(self.caption() + f"\n(reference, whole row at once: {exact:.12g})",
-                     fontsize=9)
+        exact = logsumexp(view.row())
+        title = textwrap.fill(view.caption(), width) if width else view.caption()
+        ax.set_title(title + f"\n(reference, whole row at once: {exact:.12g})", fontsize=9)
+
+    def frame_figure(self):
+        """This widget's tree (``shape``): what the live widget redraws."""
+        import matplotlib.pyplot as plt
+
+        height = tree_depth(self.tree())
+        fig, ax = plt.subplots(figsize=(max(6.5, 1.9 * self.blocks), 1.3 + 1.0 * height))
+        self._draw_tree(ax, self.shape)
+        fig.tight_layout()
+        return fig
+
+    def figure(self):
+        """The static page's view: the same blocks merged along each tree shape, side by side;
+        every root carries the same statistics."""
+        import matplotlib.pyplot as plt
+
+        depth = max(tree_depth(MergeTree(n=self.n, blocks=self.blocks, shape=shape,
+                                         seed=self.seed).tree()) for shape in SHAPES)
+        fig, axes = plt.subplots(1, len(SHAPES), figsize=(max(6.5, 1.5 * self.blocks) * 1.6,
+                                                          1.6 + 0.9 * depth))
+        for ax, shape in zip(axes, SHAPES, strict=True):
+            self._draw_tree(ax, shape, width=48)
         fig.tight_layout()
         return fig
 
@@ -513,7 +594,7 @@ class MergeTree:
 
         def redraw(_=None):
             self.blocks, self.shape, self.seed = blocks.value, shape.value, seed.value
-            redraw_into(out, self)
+            redraw_into(out, CurrentFrame(self.frame_figure))
 
         for control in (blocks, shape, seed):
             control.observe(redraw, names="value")
