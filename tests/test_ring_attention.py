@@ -109,7 +109,7 @@ def group_of_one():
     store = dist.HashStore()
     dist.init_process_group(BACKEND, store=store, rank=0, world_size=1,
                             timeout=datetime.timedelta(seconds=30),
-                            **({"device_id": DEVICE} if ON_GPU else {}))
+                            **({"device_id": torch.device(DEVICE, 0)} if ON_GPU else {}))
     try:
         yield
     finally:

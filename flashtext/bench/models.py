@@ -208,7 +208,7 @@ def bench_gqa(run: Runner, providers: tuple[str, ...]) -> None:
                 if backend == "math" and n > 4096:
                     continue
                 calls[backend] = lambda q, k, v, b=backend, c=causal: _sdpa(b, q, k, v, c)
-            if run.gpu:
+            if run.gpu and "flex" in providers:
                 calls["flex"] = _flex_call(batch, heads, n, n, causal)
             for name, fn in calls.items():
                 if name in providers:
@@ -259,7 +259,7 @@ def bench_window(run: Runner, providers: tuple[str, ...]) -> None:
 
         calls = {"ours": lambda q, k, v, w=left: flash_attention(q, k, v, causal=True,
                                                                  window_size=(w, 0))}
-        if run.gpu:
+        if run.gpu and "flex" in providers:
             calls["flex"] = _flex_call(1, heads, n, n, True, left)
         for name, fn in calls.items():
             if name in providers:
