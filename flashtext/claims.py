@@ -52,6 +52,9 @@ CITED: dict[str, Cited] = dict([
            "python scripts/record_accuracy.py on a CPU (the interpreter; about a minute)"),
     _cited("accuracy_h200", "10 11", True, f"python scripts/record_accuracy.py {H200}"),
     _cited("h200_hopper", "12 13 14", True, f"python scripts/record_hopper.py {H200}"),
+    _cited("bench_h200_models", "15", True, f"python -m flashtext.bench.models {H200}"),
+    _cited("bench_h200_models_decode", "15", True,
+           f"python -m flashtext.bench.models {H200} (its decode rows)"),
     _cited(RECORDED_NAME, "12", True,
            f"make bench BENCH_ARGS='--providers ours cudnn flash flex --flex-compile static "
            f"--out {RECORDED_NAME}' {H200} "

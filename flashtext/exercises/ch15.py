@@ -9,19 +9,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from flashtext.exercises.answer import AnswerRaised
 from flashtext.exercises.core import ExerciseFailed, exercise, expect, expect_close
 from flashtext.reference import window_mask
 
 
 def _call(fn, case: str, *args):
     """The reader's ``fn(*args)``; a crash becomes a failure that names the input (a stub's
-    NotImplementedError passes through: not attempted yet)."""
+    NotImplementedError passes through to the framework: not attempted yet)."""
     try:
         return fn(*args)
     except NotImplementedError:
         raise
     except Exception as e:  # noqa: BLE001 - whatever the reader's code raised
-        raise ExerciseFailed(f"{case}: your function raised {type(e).__name__}: {e}") from None
+        error = _unwrap(e)
+        if isinstance(error, NotImplementedError):
+            raise
+        raise ExerciseFailed(f"{case}: your function raised {type(error).__name__}: {error}") \
+            from None
+
+
+def _unwrap(e: BaseException) -> BaseException:
+    """What the reader's code raised (the framework's answer wrapper carries it)."""
+    return e.error if isinstance(e, AnswerRaised) else e
 
 
 def _keys(value) -> list[int] | None:
@@ -109,14 +119,17 @@ def check_gqa_head_map(fn) -> None:
         case = f"heads={heads}, heads_kv={heads_kv}"
         try:
             got = _keys(fn(heads, heads_kv))
-        except ValueError as e:
-            raise ExerciseFailed(f"{case}: a valid grouping, but your function raised "
-                                 f"ValueError({e})") from None
         except NotImplementedError:
             raise
         except Exception as e:  # noqa: BLE001
-            raise ExerciseFailed(f"{case}: your function raised {type(e).__name__}: {e}") \
-                from None
+            error = _unwrap(e)
+            if isinstance(error, NotImplementedError):
+                raise
+            if isinstance(error, ValueError):
+                raise ExerciseFailed(f"{case}: a valid grouping, but your function raised "
+                                     f"ValueError({error})") from None
+            raise ExerciseFailed(f"{case}: your function raised {type(error).__name__}: "
+                                 f"{error}") from None
         want = [h // (heads // heads_kv) for h in range(heads)]
         expect(got is not None and len(got) == heads,
                f"{case}: return one K/V head per query head ({heads} ints), got "
@@ -129,13 +142,17 @@ def check_gqa_head_map(fn) -> None:
     for heads, heads_kv in BAD_HEADS:
         try:
             got = fn(heads, heads_kv)
-        except ValueError:
-            continue
         except NotImplementedError:
             raise
         except Exception as e:  # noqa: BLE001
+            error = _unwrap(e)
+            if isinstance(error, NotImplementedError):
+                raise
+            if isinstance(error, ValueError):
+                continue
             raise ExerciseFailed(f"heads={heads}, heads_kv={heads_kv}: expected a ValueError, "
-                                 f"your function raised {type(e).__name__}: {e}") from None
+                                 f"your function raised {type(error).__name__}: {error}") \
+                from None
         raise ExerciseFailed(f"heads={heads}, heads_kv={heads_kv}: {heads} query heads cannot "
                              f"be grouped over {heads_kv} K/V heads; expected a ValueError, "
                              f"got {_keys(got) if _keys(got) is not None else got!r}")
