@@ -389,6 +389,8 @@ def test_record_hopper_previews_the_forward_for_sm90_without_a_gpu():
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     preview = json.loads(out.stdout.strip().splitlines()[-1])
-    (fwd,) = preview["library_forward"]
+    kernels = {k["name"]: k for k in preview["library"]["kernels"]}
+    fwd = kernels["_attn_fwd"]  # what flash_attention launches, compiled for sm_90
     assert fwd["ptx"]["wgmma"] > 0 and fwd["ptx"]["mma_sync"] == 0
+    assert {"_attn_bwd_dkdv", "_attn_bwd_dq"} <= set(kernels)
     assert len(preview["probes"]) == 3
