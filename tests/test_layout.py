@@ -294,11 +294,7 @@ def test_the_code_and_docs_speak_only_of_the_repository(name):
     assert offending(product_texts()[name]) == []
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(
-        strict=True, reason="chapter 12's text is being rewritten: it still says 'Issue 7 set "
-                            "its targets'; drop this mark when the rewrite lands"))
-    if p.name.startswith("12_") else p for p in CHAPTERS], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_the_chapters_speak_only_of_the_repository(path):
     sources = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
     assert offending(sources) == []

@@ -139,7 +139,7 @@ def test_world_of_one_is_attention(group_of_one, causal):
 def test_validation_names_the_argument(group_of_one):
     q, k, v, _ = (t.to(DEVICE) for t in _qkv((1, 2, 6, 16)))
     bad = [
-        ((q.numpy(), k, v), {}, "q must be a 4-d torch.Tensor"),
+        ((q.cpu().numpy(), k, v), {}, "q must be a 4-d torch.Tensor"),
         ((q, k[0], v), {}, "k must be a 4-d"),
         ((q, k[:, :, :4], v), {}, "one shape"),
         ((q, k, v), {"layout": "random"}, "layout must be one of"),

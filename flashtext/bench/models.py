@@ -231,7 +231,12 @@ def _flex_call(batch: int, heads: int, n_q: int, n_k: int, causal: bool, left: i
             keep = keep & (document[q_idx] == document[kv_idx])
         return keep
 
-    block_mask = create_block_mask(mask_mod, None, None, n_q, n_k, device="cuda")
+    # a fresh compile for every configuration: past dynamo's recompile limit (8 graphs) a
+    # compiled function silently falls back to eager, far slower than FlexAttention's kernel
+    torch._dynamo.reset()
+    _FLEX.clear()
+    # the mask compiled too: the eager create_block_mask materialises every (q, k) pair
+    block_mask = create_block_mask(mask_mod, None, None, n_q, n_k, device="cuda", _compile=True)
     flex = _flex()
 
     def call(q, k, v):

@@ -118,9 +118,9 @@ def _fwd_cases(g: torch.Generator):
            16, tau(16))
     levels = torch.tensor([40.0, -40.0, 0.0, 25.0, -30.0]).repeat(8)[:, None]
     yield ("rows hundreds apart in one query block (scores near +160 and -160): each row needs "
-           "its own running max, not one per tile; N_q=40, N_k=24, BLOCK 16 x 8",
+           "its own running max, not one per tile; N_q=40, N_k=24, BLOCK 16 x 16",
            (levels + r(40, 16, scale=0.2)).expand(2, 40, 16).contiguous(),
-           1 + r(2, 24, 16, scale=0.2), r(2, 24, 16), False, 16, 8, tau(16))
+           1 + r(2, 24, 16, scale=0.2), r(2, 24, 16), False, 16, 16, tau(16))
     yield ("sm_scale=0.3 (not 1/sqrt(HEAD_DIM)): use the sm_scale you are given; N=33",
            r(2, 33, 16), r(2, 33, 16), r(2, 33, 16), False, 16, 16, 0.3)
     yield "causal, N_q = N_k = 70, BLOCK 32 x 16", r(2, 70, 16), r(2, 70, 16), r(2, 70, 16), \

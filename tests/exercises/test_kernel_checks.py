@@ -107,11 +107,13 @@ def test_layouts_put_views_where_they_say():
     box = Sandbox("layouts")
     t = box.input("T", torch.arange(6.0).reshape(2, 3), order=(1, 0))
     p = box.output("P", (2, 3), pad=(1, 2))
-    assert t.stride() == (1, 2) and torch.equal(t, torch.arange(6.0).reshape(2, 3))
+    want = torch.arange(6.0).reshape(2, 3).to(t.device)  # the sandbox's device (GPU or CPU)
+    assert t.stride() == (1, 2) and torch.equal(t, want)
     assert p.stride() == (5, 1) and bool((p == CANARY).all())
     region = box.regions[0]
-    assert int(region.valid.sum()) == 6 and torch.isnan(region.buffer[~torch.from_numpy(
-        region.valid)]).all()  # everything around the view is poison
+    outside = ~torch.from_numpy(region.valid).to(region.buffer.device)
+    assert int(region.valid.sum()) == 6 and torch.isnan(region.buffer[outside]).all()
+    # everything around the view is poison
 
 
 @needs_interpreter
