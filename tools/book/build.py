@@ -85,8 +85,10 @@ def read_readme(readme: Path = ROOT / "README.md", chapters_dir: Path = CHAPTERS
         if ln.startswith("## "):
             break
         cells = [c.strip() for c in ln.strip().strip("|").split("|")]
-        if ln.startswith("|") and len(cells) == 3 and re.fullmatch(r"\d\d", cells[0]):
-            rows.append(cells)
+        # number, title, idea; further columns (the modules a chapter imports) are for
+        # maintainers, not the front page
+        if ln.startswith("|") and len(cells) >= 3 and re.fullmatch(r"\d\d", cells[0]):
+            rows.append(cells[:3])
     if not rows:
         raise BookError(f"no chapter rows ('| 00 | title | idea |') under '## The chapters' "
                         f"in {readme.name}")
