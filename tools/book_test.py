@@ -42,19 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from headless_chromium import launched
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("FLASHTEXT_BOOK_DIR") or ROOT / "build" / "book")
 ARTIFACTS = ROOT / "artifacts" / "book"
-CHROMIUM = os.environ.get("FLASHTEXT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 PAGE_TIMEOUT_S = float(os.environ.get("FLASHTEXT_BOOK_PAGE_TIMEOUT", "60"))
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-    "--disable-dev-shm-usage",
-    # nothing but the local server resolves: the site must work offline
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-]
 
 
 def _pages(site: Path = SITE) -> list[str]:
@@ -115,19 +108,8 @@ def site() -> Iterator[Site]:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the playwright package is missing: `make env` installs it (requirements.txt)")
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no chromium at {CHROMIUM}: install Debian's chromium (tools/ci_setup.sh) "
-                    "or set FLASHTEXT_CHROMIUM")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
-        try:
-            yield b
-        finally:
-            b.close()
+    with launched() as b:
+        yield b
 
 
 # ----------------------------------------------------------------------------- one page

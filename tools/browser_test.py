@@ -53,11 +53,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from headless_chromium import launched
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = Path(os.environ.get("FLASHTEXT_BROWSER_CHAPTERS_DIR") or ROOT / "chapters")
 ARTIFACTS = ROOT / "artifacts" / "browser"
-CHROMIUM = os.environ.get("FLASHTEXT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 NB_TIMEOUT_S = float(os.environ.get("FLASHTEXT_BROWSER_NB_TIMEOUT", "180"))
 # the whole run: past it, the remaining chapters fail at once instead of holding CI
 TOTAL_TIMEOUT_S = float(os.environ.get("FLASHTEXT_BROWSER_TOTAL_TIMEOUT", "1200"))
@@ -66,13 +66,6 @@ SERVER_START_S = 60.0  # a cold JupyterLab start on the 2-core CI machine takes 
 KERNEL_IDLE_S = 90.0  # kernel start, before Run All
 WIDGETS_SETTLE_S = 30.0  # after the kernel is idle, widget views still render asynchronously
 STEP_MS = 15_000  # any single click/wait inside a widget interaction
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-    "--disable-dev-shm-usage",
-    # nothing but the local server resolves: the book must work offline
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-]
 STATIC_MARKER = "(static figure: open this chapter in JupyterLab"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -224,23 +217,12 @@ def lab() -> Iterator[Lab]:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the playwright package is missing: `make env` installs it (requirements.txt)")
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no chromium at {CHROMIUM}: install Debian's chromium (tools/ci_setup.sh) "
-                    "or set FLASHTEXT_CHROMIUM")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
-        try:
-            # one context: its HTTP cache spares reloading JupyterLab's bundles per chapter;
-            # each chapter still gets its own page and its own reset workspace
-            context = b.new_context(viewport={"width": 1400, "height": 1000})
-            context.set_default_timeout(STEP_MS)
-            yield context
-        finally:
-            b.close()
+    with launched() as b:
+        # one context: its HTTP cache spares reloading JupyterLab's bundles per chapter;
+        # each chapter still gets its own page and its own reset workspace
+        context = b.new_context(viewport={"width": 1400, "height": 1000})
+        context.set_default_timeout(STEP_MS)
+        yield context
 
 
 # ----------------------------------------------------------------------------- one chapter
