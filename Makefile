@@ -9,7 +9,8 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 VENV := .venv
-JOBS ?= 2
+# Test workers: one per core, at most 14 (a 16-core GPU runner keeps two for the GPU's host work).
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 14 ? 14 : n )))
 REQS := requirements.txt
 # Lines tagged "compute" in requirements.txt come from a GPU runner's own image.
 COMPUTE := '^(torch|triton|numpy)=='
