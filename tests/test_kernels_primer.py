@@ -49,6 +49,17 @@ def test_softmax_extremes_and_strides():
     torch.testing.assert_close(primer.softmax(wide[:, ::2]), torch.softmax(wide[:, ::2], 1))
 
 
+def test_softmax_rows_past_two_to_the_31_elements():
+    """Row r starts r * stride elements in; past 2**31 (4 GiB of fp16, reached by chapter 1's
+    S at N = 2048) a 32-bit offset wraps to a negative address. Rows 1 GiB apart in a lazily
+    allocated buffer: only the three rows' pages are ever touched."""
+    base = torch.empty(2**31 + 64, dtype=torch.float16, device=DEVICE)
+    x = base.as_strided((3, 64), (2**30, 1))
+    for r in range(3):
+        x[r] = torch.linspace(-4, 4, 64, device=DEVICE) * (r + 1)
+    torch.testing.assert_close(primer.softmax(x), torch.softmax(x.float(), dim=1).half())
+
+
 @pytest.mark.parametrize("fn", [primer.matmul, primer.matmul_descriptor],
                          ids=["pointers", "descriptors"])
 @pytest.mark.parametrize("m,k,n", [(1, 8, 16), (37, 40, 52), (64, 64, 64), (100, 72, 24)])

@@ -61,7 +61,9 @@ def add(x: torch.Tensor, y: torch.Tensor, block: int = 256) -> torch.Tensor:
 
 @triton.jit
 def softmax_kernel(X, OUT, stride_xr, stride_xc, stride_out, n_cols, BLOCK: tl.constexpr):
-    row = tl.program_id(0)  # one program per row; the whole row fits in one block
+    # one program per row; the whole row fits in one block. The row's offset in 64 bits: rows
+    # times row stride passes 2**31 elements (4 GiB of fp16) long before the grid runs out
+    row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     # padding reads as -inf: it cannot win the max, and exp(-inf) = 0 adds nothing to the sum
