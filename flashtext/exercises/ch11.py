@@ -106,6 +106,14 @@ def _dq_cases(g: torch.Generator):
         tau(16)
     yield ("scores above 100 (q scaled by 30): exp(s) alone overflows fp32, exp(s - lse) does "
            "not; N=48, BLOCK 16 x 16", *qkvdo(48, 48, 16, q_scale=30.0), False, 16, 16, tau(16))
+    # every score near 100: q and k share a large common direction. exp(s) overflows for every
+    # key while the softmax stays spread, so dQ is far from 0 (in the case above the rows that
+    # overflow are one-hot, and a one-hot softmax has almost no gradient to get wrong)
+    common = torch.ones(16) * 5.0
+    q, k = common + r(2, 48, 16, scale=0.2), common + r(2, 48, 16, scale=0.3)
+    yield ("scores above 100 for every key, close together (q and k share a common direction): "
+           "exp(s) overflows everywhere, exp(s - lse) nowhere; N=48, BLOCK 16 x 16",
+           q, k, r(2, 48, 16), r(2, 48, 16), False, 16, 16, tau(16))
     yield ("sm_scale=0.3 (not 1/sqrt(HEAD_DIM)): use the sm_scale you are given; N=33",
            *qkvdo(33, 33, 16), False, 16, 16, 0.3)
     yield "causal, N_q = N_k = 70, BLOCK 32 x 16", *qkvdo(70, 70, 16), True, 32, 16, tau(16)

@@ -175,7 +175,7 @@ def test_the_dq_cases_have_the_properties_their_names_claim():
     import torch
 
     from flashtext import reference as ref
-    from flashtext.exercises.ch11 import _dq_cases
+    from flashtext.exercises.ch11 import _dq_cases, dq_spec
 
     scales = set()
     for case, q, k, v, do, causal, bm, bn, sm_scale in _dq_cases(
@@ -183,7 +183,13 @@ def test_the_dq_cases_have_the_properties_their_names_claim():
         s = ref.scores(q, k, scale=sm_scale)
         scales.add(round(sm_scale * math.sqrt(q.shape[-1]), 6))
         assert do.shape == q.shape and v.shape == k.shape
-        if "scores above 100" in case:
+        if "scores above 100 for every key" in case:
+            assert s.min() > 88.8  # exp(s) overflows fp32 for every score
+            p = np.exp(s - s.max(-1, keepdims=True))
+            p /= p.sum(-1, keepdims=True)
+            assert p.max() < 0.9  # spread, not one-hot: dQ is not near 0
+            assert np.abs(dq_spec(q, k, v, do, causal, sm_scale)).max() > 0.1  # >> tolerance
+        elif "scores above 100" in case:
             assert s.max() > 100  # exp(s) overflows fp32 (above about 88.7)
         else:
             assert np.abs(s).max() < 30
