@@ -251,7 +251,8 @@ def test_profile_ring_times_every_step():
         assert prof["world"] == 2 and prof["n_local"] == 8, rank
         for key in ("compute", "communicate", "ring"):
             assert len(prof[key]) == 2 and all(t > 0 for t in prof[key]), (rank, key)
-        assert 0.0 <= prof["overlap"] <= 1.0
-        # the ring step that sends does both jobs: it cannot beat the slower of the two alone
-        # by more than timing noise
-        assert prof["ring"][0] > 0.5 * max(prof["compute"][0], prof["communicate"][0])
+        # overlap is what the docstring says, from the step times returned (world 2, forward:
+        # the first step sends). How the three times compare is a measurement, left to
+        # scripts/record_ring_nccl.py: on a loaded 2-core machine any ratio is noise.
+        c, m, r = prof["compute"][0], prof["communicate"][0], prof["ring"][0]
+        assert prof["overlap"] == pytest.approx(max(0.0, min(1.0, (c + m - r) / min(c, m))))
