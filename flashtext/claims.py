@@ -51,8 +51,9 @@ CITED: dict[str, Cited] = dict([
     _cited("accuracy_cpu", "10 11", True,
            "python scripts/record_accuracy.py on a CPU (the interpreter; about a minute)"),
     _cited("accuracy_h200", "10 11", True, f"python scripts/record_accuracy.py {H200}"),
-    # probes of Hopper features: a standalone kernel of scripts/record_hopper.py, not ours
-    _cited("h200_probes", "12 13", False, f"python scripts/record_hopper.py {H200} (its probes)"),
+    # what our kernels compile to on the H200 (every launch of flash_attention, 8 cases), and
+    # probes of Hopper features (a standalone loop of scripts/record_hopper.py)
+    _cited("h200_hopper", "12 13", True, f"python scripts/record_hopper.py {H200}"),
     _cited("bench_h200_models", "15", True, f"python -m flashtext.bench.models {H200}"),
     _cited("bench_h200_models_decode", "14 15", True,
            f"python -m flashtext.bench.models {H200} (its decode rows)"),

@@ -94,6 +94,18 @@ def on_gpu() -> bool:
     return environment().is_gpu
 
 
+def measure_live() -> bool:
+    """Whether a chapter times and measures on this machine's GPU (on a GPU) or shows the H200
+    recording under a banner (on a CPU). ``FLASHTEXT_MEASURE=recorded`` asks for the recording
+    on a GPU too: ``make test`` sets it, because there the chapters share one GPU with each
+    other and with the unit tests, and a timing or a device-wide byte count taken then measures
+    the neighbours as much as the kernel."""
+    mode = os.environ.get("FLASHTEXT_MEASURE", "live")
+    if mode not in ("live", "recorded"):
+        raise ValueError(f"FLASHTEXT_MEASURE must be 'live' or 'recorded', got {mode!r}")
+    return on_gpu() and mode == "live"
+
+
 def torch_device() -> str:
     """The device tensors for Triton kernels live on: "cuda", or "cpu" under the interpreter."""
     return "cuda" if on_gpu() else "cpu"

@@ -167,8 +167,9 @@ def launch(fn, world: int, args: tuple = (), backend: str | None = None,
     ``cuda:rank``), or None for NCCL when there are ``world`` GPUs. Every collective times out
     after ``timeout`` seconds and the other ranks are stopped when one fails, so a broken ring
     raises instead of hanging. CPU ranks are forked from a server process started on the
-    first gloo launch (so they see the environment variables of that moment); GPU ranks are
-    spawned afresh and see the caller's environment.
+    first gloo launch (so they see the environment variables of that moment, with
+    ``TRITON_INTERPRET=1``: CPU tensors run only under the interpreter, also where a GPU
+    exists); GPU ranks are spawned afresh and see the caller's environment.
     """
     import torch
     import torch.multiprocessing as mp
@@ -190,9 +191,20 @@ def launch(fn, world: int, args: tuple = (), backend: str | None = None,
     if method == "forkserver":
         multiprocessing.get_context("forkserver").set_forkserver_preload(
             ["torch", "torch.distributed", "flashtext.context_parallel", "flashtext.kernels"])
-    with tempfile.TemporaryDirectory() as outdir:
-        mp.start_processes(_worker, args=(world, _free_port(), backend, fn, tuple(args), outdir,
-                                          timeout), nprocs=world, join=True,
-                           start_method=method)
-        return [torch.load(Path(outdir) / f"rank{r}.pt", weights_only=False)
-                for r in range(world)]
+    # gloo ranks hold CPU tensors, which only Triton's interpreter runs: their server starts
+    # with TRITON_INTERPRET=1 on a machine with a GPU too (the variable is put back after)
+    saved = os.environ.get("TRITON_INTERPRET")
+    if method == "forkserver":
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        with tempfile.TemporaryDirectory() as outdir:
+            mp.start_processes(_worker, args=(world, _free_port(), backend, fn, tuple(args),
+                                              outdir, timeout), nprocs=world, join=True,
+                               start_method=method)
+            return [torch.load(Path(outdir) / f"rank{r}.pt", weights_only=False)
+                    for r in range(world)]
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved

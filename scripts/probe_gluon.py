@@ -278,6 +278,8 @@ def main() -> None:
     import torch
     import triton
 
+    from flashtext import recorded
+
     start = time.time()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     print(f"gluon probe on {gpu}: torch {torch.__version__}, triton {triton.__version__}",
@@ -341,7 +343,10 @@ def main() -> None:
     record = {"gpu": gpu, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "triton": triton.__version__, "args": {"quick": args.quick},
               "seconds": round(time.time() - start, 1), "variants": VARIANTS, "checks": checks,
-              "timings": timings, "not_timed": skipped}
+              "timings": timings, "not_timed": skipped,
+              # what was measured, so that a later change to the kernel marks the file stale
+              recorded.SOURCES_KEY: recorded.kernel_fingerprint(
+                  ("flashtext.kernels.gluon_forward",))}
     target = args.json or (Path(os.environ["OUT"]) / "gluon_probe.json"
                            if os.environ.get("OUT") else None)
     if target is not None:

@@ -8,6 +8,10 @@ GPUs than ranks."""
 
 import datetime
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -256,3 +260,28 @@ def test_profile_ring_times_every_step():
         # scripts/record_ring_nccl.py: on a loaded 2-core machine any ratio is noise.
         c, m, r = prof["compute"][0], prof["communicate"][0], prof["ring"][0]
         assert prof["overlap"] == pytest.approx(max(0.0, min(1.0, (c + m - r) / min(c, m))))
+
+
+_GLOO_UNDER_GPU_COMPILE = """
+import os
+import flashtext
+from flashtext import context_parallel, ring
+if __name__ == "__main__":
+    assert not flashtext._boot.INTERPRETING  # this process compiles Triton for a GPU
+    profiles = ring.launch(context_parallel.profile_worker, 2, (8,), backend="gloo", timeout=60)
+    assert [p["world"] for p in profiles] == [2, 2]
+    assert os.environ["TRITON_INTERPRET"] == "0"  # put back after the launch
+    print("ok")
+"""
+
+
+def test_gloo_ranks_run_under_the_interpreter_where_triton_compiles_for_a_gpu(tmp_path):
+    """gloo ranks hold CPU tensors. Where Triton compiles for a GPU (a GPU machine; forced here
+    with TRITON_INTERPRET=0), ring.launch must still run them, under the interpreter: chapter
+    14's two-rank ring on a one-GPU machine."""
+    script = tmp_path / "gloo_ring.py"
+    script.write_text(_GLOO_UNDER_GPU_COMPILE)
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                         timeout=240, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
