@@ -5,9 +5,17 @@ see :mod:`flashtext._boot`. One module per idea; each chapter imports what it ne
 """
 
 from flashtext import _boot  # noqa: F401  (must run before anything imports triton)
-from flashtext.device import environment, measure_live, on_gpu, report, torch_device
+from flashtext.device import (
+    environment,
+    interpreter_usable,
+    measure_live,
+    on_gpu,
+    report,
+    torch_device,
+)
 
-__all__ = ["environment", "measure_live", "on_gpu", "report", "torch_device"]
+__all__ = ["environment", "interpreter_usable", "measure_live", "on_gpu", "report",
+           "torch_device"]
 __version__ = "0.1.0"
 _KERNEL_API = ("flash_attention", "flash_attention_varlen", "flash_decode", "attention_forward",
                "attention_backward")

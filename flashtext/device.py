@@ -106,6 +106,23 @@ def measure_live() -> bool:
     return on_gpu() and mode == "live"
 
 
+def interpreter_usable() -> bool:
+    """Whether Triton's interpreter can run kernels with the Triton and NumPy installed. The
+    book's pins (triton 3.7.1, numpy 2.4.6) can; Triton 3.6's interpreter fails on NumPy 2.4 and
+    later ("only 0-dimensional arrays can be converted to Python scalars": the H200 image,
+    triton 3.6.0 with numpy 2.5.2)."""
+    import numpy
+
+    def major_minor(version: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in version.split(".")[:2])
+
+    triton_version = _version("triton")
+    if not triton_version[:1].isdigit():  # not installed, or no version to read
+        return False
+    return not (major_minor(triton_version) < (3, 7)
+                and major_minor(numpy.__version__) >= (2, 4))
+
+
 def torch_device() -> str:
     """The device tensors for Triton kernels live on: "cuda", or "cpu" under the interpreter."""
     return "cuda" if on_gpu() else "cpu"

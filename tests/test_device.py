@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import flashtext
@@ -33,3 +34,36 @@ def test_triton_imported_first_still_interprets_without_gpu():
                          env=env, check=True).stdout.split()
     interpret, gpus = out[0], int(out[1])
     assert interpret == ("None" if gpus else "1")
+
+
+def test_interpreter_usable_follows_the_known_incompatibility(monkeypatch):
+    import numpy
+
+    from flashtext import device
+
+    def versions(triton_version, numpy_version):
+        monkeypatch.setattr(device, "_version", lambda name: triton_version)
+        monkeypatch.setattr(numpy, "__version__", numpy_version)
+        return device.interpreter_usable()
+
+    assert versions("3.7.1", "2.4.6")  # the book's pins
+    assert not versions("3.6.0", "2.5.2")  # the H200 image: its interpreter fails
+    assert versions("3.6.0", "2.3.5")
+    assert not versions("not installed", "2.4.6")
+
+
+def test_measure_live_reads_flashtext_measure(monkeypatch):
+    from flashtext import device
+
+    monkeypatch.setattr(device, "on_gpu", lambda: True)
+    monkeypatch.setenv("FLASHTEXT_MEASURE", "recorded")
+    assert not device.measure_live()
+    monkeypatch.setenv("FLASHTEXT_MEASURE", "live")
+    assert device.measure_live()
+    monkeypatch.delenv("FLASHTEXT_MEASURE")
+    assert device.measure_live()
+    monkeypatch.setattr(device, "on_gpu", lambda: False)
+    assert not device.measure_live()
+    monkeypatch.setenv("FLASHTEXT_MEASURE", "sometimes")
+    with pytest.raises(ValueError, match="FLASHTEXT_MEASURE"):
+        device.measure_live()
