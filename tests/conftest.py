@@ -16,11 +16,26 @@ if str(ROOT) not in sys.path:  # `solutions` and `tools` live at the repo root
 import flashtext  # noqa: E402,F401  (decides TRITON_INTERPRET before any test imports triton)
 
 
-def pytest_runtest_logreport(report):
-    """With FLASHTEXT_TEST_TIMES=PATH, append each test phase's seconds to PATH as it ends (in
-    the controlling process only), so a run cut short by a time limit still says where its
-    time went."""
+def _log_time(line: str) -> None:
     path = os.environ.get("FLASHTEXT_TEST_TIMES")
-    if path and "PYTEST_XDIST_WORKER" not in os.environ and report.duration >= 0.05:
+    if path and "PYTEST_XDIST_WORKER" not in os.environ:  # the controlling process only
         with open(path, "a") as f:
-            f.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")
+            f.write(line + "\n")
+
+
+def pytest_sessionstart(session):
+    """With FLASHTEXT_TEST_TIMES=PATH, the run's start goes to PATH (see below)."""
+    import time
+
+    _log_time(f"{time.time():.2f}\t0\tsession\tstart\t-")
+
+
+def pytest_runtest_logreport(report):
+    """With FLASHTEXT_TEST_TIMES=PATH, each test phase of 0.05 s or more is appended to PATH as
+    it ends (wall time at its end, seconds, phase, outcome, test), so that a run cut short by a
+    time limit still says where its time went, and when the workers were idle."""
+    import time
+
+    if report.duration >= 0.05:
+        _log_time(f"{time.time():.2f}\t{report.duration:.2f}\t{report.when}\t{report.outcome}"
+                  f"\t{report.nodeid}")
