@@ -39,3 +39,10 @@ def pytest_runtest_logreport(report):
     if report.duration >= 0.05:
         _log_time(f"{time.time():.2f}\t{report.duration:.2f}\t{report.when}\t{report.outcome}"
                   f"\t{report.nodeid}")
+
+
+def pytest_collection_modifyitems(config, items):
+    """GPU-sized tests (marked ``gpu``; skipped at once on a CPU) go out first: on a GPU runner
+    they are the long ones, and started last they would leave one worker finishing them while
+    the others stand idle. The order is otherwise the collection's (stable sort)."""
+    items.sort(key=lambda item: item.get_closest_marker("gpu") is None)
