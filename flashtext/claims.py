@@ -54,6 +54,11 @@ CITED: dict[str, Cited] = dict([
     # what our kernels compile to on the H200 (every launch of flash_attention, 8 cases), and
     # probes of Hopper features (a standalone loop of scripts/record_hopper.py)
     _cited("h200_hopper", "12 13", True, f"python scripts/record_hopper.py {H200}"),
+    # the first run of the Gluon FA3-style forward (flashtext.kernels.gluon_forward): checks
+    # against float64, SASS counts, forward TFLOP/s next to cuDNN and our Triton forward
+    _cited("gluon_probe_h200", "13", True,
+           "PYTHONPATH=. python scripts/probe_gluon.py --json "
+           f"flashtext/data/gluon_probe_h200.json {H200}"),
     _cited("bench_h200_models", "15", True, f"python -m flashtext.bench.models {H200}"),
     _cited("bench_h200_models_decode", "14 15", True,
            f"python -m flashtext.bench.models {H200} (its decode rows)"),
