@@ -46,8 +46,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +72,8 @@ import flashtext  # noqa: E402,F401  (before triton: decides TRITON_INTERPRET)
 # isort: split
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from flashtext.bench.static_compile import cuobjdump, sass_of  # noqa: E402
 
 # name -> regex, counted in the PTX text
 PTX_PATTERNS = {
@@ -110,23 +110,6 @@ def count_sass(sass: str) -> dict[str, int]:
 def wgmma_shapes(ptx: str) -> list[str]:
     """Distinct wgmma shapes, e.g. ``m64n128k16.f32.f16.f16``: m64 means one warpgroup's tile."""
     return sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.([\w.]+)", ptx)))
-
-
-def cuobjdump() -> str | None:
-    here = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return str(here) if here.exists() else shutil.which("cuobjdump")
-
-
-def sass_of(cubin: bytes) -> str | None:
-    tool = cuobjdump()
-    if tool is None:
-        return None
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        run = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
-                             timeout=60)
-    return run.stdout if run.returncode == 0 else None
 
 
 def describe(name: str, ptx: str, cubin: bytes | None, meta: dict) -> dict:

@@ -131,5 +131,34 @@ def compile_kernel(launch: Launch, capability: int = 90):
                                    "num_stages": launch.num_stages})
 
 
-__all__ = ["KERNELS", "Launch", "compile_kernel", "launch_arguments", "recorded_launches",
-           "signature"]
+def cuobjdump() -> str | None:
+    """The cuobjdump that Triton bundles, else one on PATH, else None."""
+    import shutil
+    from pathlib import Path
+
+    import triton
+
+    here = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(here) if here.exists() else shutil.which("cuobjdump")
+
+
+def sass_of(cubin: bytes) -> str | None:
+    """The whole SASS of a compiled kernel (``kernel.asm["cubin"]``), by cuobjdump; None without
+    it. Not Triton's ``kernel.asm["sass"]``: its reader takes 4-hex-digit instruction addresses
+    only, so it stops after the first 4096 instructions of a longer kernel."""
+    import subprocess
+    import tempfile
+
+    tool = cuobjdump()
+    if tool is None:
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        run = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
+                             timeout=60)
+    return run.stdout if run.returncode == 0 else None
+
+
+__all__ = ["KERNELS", "Launch", "compile_kernel", "cuobjdump", "launch_arguments",
+           "recorded_launches", "sass_of", "signature"]
