@@ -3,7 +3,7 @@
 On Hopper the exponentials of the online softmax run on the special-function unit (MUFU), 16
 per clock per SM, against 128 fused multiply-adds per clock on the FMA units (``flashtext.hopper``
 has the arithmetic: at d = 64 the exponentials take as long as both matmuls). FlashAttention-4
-(Zadouri, Shah, Dao et al. 2025) takes two kinds of work off that path:
+(Zadouri, Hoehnerbach, Shah, Liu, Thakkar and Dao) takes two kinds of work off that path:
 
 * **Software exp2.** ``2**x = 2**floor(x) * 2**frac(x)``: the integer part goes straight into the
   float's exponent bits (an integer shift and add), the fraction through a short polynomial on
