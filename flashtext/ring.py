@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from flashtext.device import interpreter_usable
+
 __all__ = [
     "LAYOUTS",
     "causal_work",
@@ -184,6 +186,12 @@ def launch(fn, world: int, args: tuple = (), backend: str | None = None,
                          f"{torch.cuda.device_count()} GPUs here")
     if not callable(fn):
         raise ValueError(f"fn must be a function, got {type(fn).__name__}")
+    if backend == "gloo" and not interpreter_usable():
+        import triton
+
+        raise ValueError(f"backend 'gloo' runs the kernels on CPU tensors under Triton's "
+                         f"interpreter, which cannot run with triton {triton.__version__} and "
+                         f"numpy {np.__version__}: use backend 'nccl' with one GPU per rank")
     # CPU ranks fork from one server process that has imported torch and flashtext once (the
     # import is most of a rank's start-up here); GPU ranks start fresh (CUDA does not survive
     # a fork)

@@ -287,3 +287,9 @@ def test_gloo_ranks_run_under_the_interpreter_where_triton_compiles_for_a_gpu(tm
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
                          timeout=240, cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_gloo_where_the_interpreter_cannot_run_is_refused_by_name(monkeypatch):
+    monkeypatch.setattr(ring, "interpreter_usable", lambda: False)
+    with pytest.raises(ValueError, match="backend 'gloo'.*interpreter"):
+        ring.launch(cp.run_cases, 2, ([],), backend="gloo")
