@@ -212,3 +212,20 @@ def test_query_range_cases_put_block_edges_on_the_diagonal():
              if r > 0 and r % case[2] == 0]
     assert len({case for case, _ in edges}) >= 4  # several cases with a row on a block edge
     assert any(n_k % bn for n_q, n_k, bm, bn in QUERY_RANGE_CASES)  # a ragged last key block
+
+
+def test_the_spread_overflow_case_alone_catches_exp_over_exp(monkeypatch):
+    """On a GPU the one-hot overflow case lets exp(s)/exp(lse) through (a one-hot row has almost
+    no gradient to get wrong): the case with every score near 100 must catch it by itself."""
+    import torch
+
+    import flashtext.exercises.ch11 as checker
+    from flashtext.exercises import verify
+
+    every_case = checker._dq_cases
+    names = [c[0] for c in every_case(torch.Generator().manual_seed(11))]
+    assert any(n.startswith("scores above 100 for every key") for n in names)
+    monkeypatch.setattr(checker, "_dq_cases", lambda g: (
+        c for c in every_case(g) if not c[0].startswith("scores above 100 (q scaled")))
+    result = verify("ch11.dq_kernel", dq_exp_over_exp)
+    assert result.status == "failed" and "for every key" in result.message, result.message
