@@ -93,21 +93,24 @@ lab: env
 lint: env
 	$(PY) -m ruff check flashtext solutions tests tools scripts chapters
 
-# Unit tests are handed out one by one (no long module holds a worker); a notebook's cells must
-# run in order in one kernel, so chapters go out a file at a time. On a CPU machine the two run
-# one after the other. On a GPU runner most of the unit tests' time is Triton compiling kernels
-# on the host's cores while the chapters' cells mostly wait on the GPU, so the chapters run
-# beside the unit tests and their report follows the unit tests' (also in artifacts/).
+# Unit tests are handed out one by one (no long module holds a worker), and a worker that runs
+# dry steals queued tests from a busy one: plain '--dist load' queues a batch on every worker at
+# the start and never takes it back, so on the H200 the last four minutes of GPU sweeps ran on
+# fewer and fewer of the 12 workers, the final 100 s on one. A notebook's cells must run in order
+# in one kernel, so chapters go out a file at a time. On a CPU machine the two run one after the
+# other. On a GPU runner most of the unit tests' time is Triton compiling kernels on the host's
+# cores while the chapters' cells mostly wait on the GPU, so the chapters run beside the unit
+# tests and their report follows the unit tests' (also in artifacts/).
 test: env lint
 ifeq ($(GPU_PY),)
-	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist load tests
+	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist worksteal tests
 	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env chapters
 else
 	@mkdir -p artifacts
 	@chapters=0; unit=0; \
 	$(TEST_ENV) $(PY) -m pytest -n $(NB_JOBS) --dist loadfile --nbval-lax --nbval-current-env \
 	    chapters >artifacts/chapters.log 2>&1 & pid=$$!; \
-	$(TEST_ENV) $(PY) -m pytest -n $$(( $(JOBS) > $(NB_JOBS) ? $(JOBS) - $(NB_JOBS) : 1 )) --dist load tests || unit=$$?; \
+	$(TEST_ENV) $(PY) -m pytest -n $$(( $(JOBS) > $(NB_JOBS) ? $(JOBS) - $(NB_JOBS) : 1 )) --dist worksteal tests || unit=$$?; \
 	wait $$pid || chapters=$$?; \
 	echo "---- chapters, run beside the unit tests (artifacts/chapters.log):"; \
 	cat artifacts/chapters.log; \
@@ -117,7 +120,7 @@ endif
 	@$(MAKE) --no-print-directory test-book-if-possible
 
 test-fast: env
-	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist load tests
+	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist worksteal tests
 
 test-browser-if-possible:
 	@if command -v chromium >/dev/null 2>&1 && $(PY) -c "import playwright" 2>/dev/null; then \
