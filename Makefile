@@ -13,6 +13,8 @@ VENV := .venv
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 16 ? 16 : n )))
 # On a GPU runner the chapters run beside the unit tests, on NB_JOBS of the JOBS workers.
 NB_JOBS ?= 4
+# how the unit tests share the workers (see the comment above 'test')
+UNIT_DIST := --dist worksteal
 REQS := requirements.txt
 # Lines tagged "compute" in requirements.txt come from a GPU runner's own image.
 COMPUTE := '^(torch|triton|numpy)=='
@@ -103,14 +105,14 @@ lint: env
 # tests and their report follows the unit tests' (also in artifacts/).
 test: env lint
 ifeq ($(GPU_PY),)
-	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist worksteal tests
+	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) $(UNIT_DIST) tests
 	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env chapters
 else
 	@mkdir -p artifacts
 	@chapters=0; unit=0; \
 	$(TEST_ENV) $(PY) -m pytest -n $(NB_JOBS) --dist loadfile --nbval-lax --nbval-current-env \
 	    chapters >artifacts/chapters.log 2>&1 & pid=$$!; \
-	$(TEST_ENV) $(PY) -m pytest -n $$(( $(JOBS) > $(NB_JOBS) ? $(JOBS) - $(NB_JOBS) : 1 )) --dist worksteal tests || unit=$$?; \
+	$(TEST_ENV) $(PY) -m pytest -n $$(( $(JOBS) > $(NB_JOBS) ? $(JOBS) - $(NB_JOBS) : 1 )) $(UNIT_DIST) tests || unit=$$?; \
 	wait $$pid || chapters=$$?; \
 	echo "---- chapters, run beside the unit tests (artifacts/chapters.log):"; \
 	cat artifacts/chapters.log; \
@@ -120,7 +122,7 @@ endif
 	@$(MAKE) --no-print-directory test-book-if-possible
 
 test-fast: env
-	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist worksteal tests
+	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) $(UNIT_DIST) tests
 
 test-browser-if-possible:
 	@if command -v chromium >/dev/null 2>&1 && $(PY) -c "import playwright" 2>/dev/null; then \
