@@ -34,3 +34,31 @@ def test_a_wrong_kernel_is_caught(monkeypatch):
 def test_the_packed_lengths_fill_the_total_within_bounds():
     lengths = models._lengths(32768, 128, 8192)
     assert sum(lengths) == 32768 and all(128 <= n <= 8192 + 128 for n in lengths)
+
+
+def test_a_slow_mode_does_not_starve_the_modes_after_it(monkeypatch):
+    from types import SimpleNamespace
+
+    clock = [0.0]  # seconds; each call of the slow mode takes 40 of them
+    monkeypatch.setattr(models.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(models, "time_call", lambda *a, **kw: SimpleNamespace(
+        ms=1.0, ms_q20=1.0, ms_q80=1.0, reps=1, timer="fake"))
+
+    def slow(runner, providers):
+        for i in range(5):
+            runner.measure({"mode": "slow", "i": i},
+                           lambda: clock.__setitem__(0, clock[0] + 40.0), None, flops=1.0)
+
+    def fast(runner, providers):
+        for i in range(3):
+            runner.measure({"mode": "fast", "i": i}, lambda: None, None, flops=1.0)
+
+    monkeypatch.setitem(models.MODES, "slow", slow)
+    monkeypatch.setitem(models.MODES, "fast", fast)
+    rows = models.run(TINY, ("slow", "fast"), ("ours",), budget_s=100.0)
+    status = {(r["mode"], r["i"]): r["status"] for r in rows}
+    # the slow mode may use half the budget: its calls start at 0 and 40, the third would
+    # start at 80, past its 50 s
+    assert [status["slow", i] for i in range(5)] == ["ok", "ok"] + ["skipped"] * 3
+    assert all(status["fast", i] == "ok" for i in range(3))  # the 20 s left are its own
+    assert {r["reason"] for r in rows if r["status"] == "skipped"} == {"time budget"}

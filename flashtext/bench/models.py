@@ -393,9 +393,17 @@ MODES = {"gqa": bench_gqa, "window": bench_window, "varlen": bench_varlen,
 
 def run(plan: Plan, modes: tuple[str, ...], providers: tuple[str, ...],
         budget_s: float | None = None) -> list[dict[str, Any]]:
-    """Measure every mode in ``modes``; returns the rows (also printed as they come)."""
-    runner = Runner(plan, budget_s)
-    for mode in modes:
+    """Measure every mode in ``modes``; returns the rows (also printed as they come).
+
+    ``budget_s`` is shared out as the run goes: each mode may use an equal part of what is
+    left when it starts (time a mode does not use passes on to the next), so a slow mode
+    (compiles, say) has its own remaining rows skipped, not every mode after it."""
+    runner = Runner(plan, None)
+    end = None if budget_s is None else time.monotonic() + budget_s
+    for i, mode in enumerate(modes):
+        if end is not None:
+            now = time.monotonic()
+            runner.deadline = now + max(end - now, 0.0) / (len(modes) - i)
         MODES[mode](runner, providers)
     return runner.rows
 
