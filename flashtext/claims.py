@@ -81,4 +81,33 @@ def says(name: str) -> MappingProxyType:
     return CITED[name].says
 
 
-__all__ = ["CITED", "CODE", "Cited", "says"]
+def stale() -> dict[str, str]:
+    """The cited recordings of the library's kernels that were not made from the kernel
+    sources as they are now: name -> why (``tests/test_recording_provenance.py`` fails on
+    each). After a kernel change, this is the list to record again."""
+    from flashtext import recorded
+
+    out = {}
+    for name, cited in CITED.items():
+        if cited.kernels:
+            why = recorded.staleness(recorded.load(name))
+            if why is not None:
+                out[name] = why
+    return out
+
+
+def main() -> int:
+    """``python -m flashtext.claims``: each stale cited recording, why, and how to record it
+    again; exit status 1 if there is any."""
+    late = stale()
+    for name, why in late.items():
+        print(f"{name}: {why}\n    record again: {CITED[name].record}")
+    print(f"{len(late)} of {sum(c.kernels for c in CITED.values())} cited kernel recordings "
+          "are stale" if late else "every cited kernel recording is of the current sources")
+    return 1 if late else 0
+
+
+__all__ = ["CITED", "CODE", "Cited", "main", "says", "stale"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())

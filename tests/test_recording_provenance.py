@@ -69,6 +69,25 @@ def test_cited_kernel_recordings_are_of_the_current_sources(name):
                          f"stale ({why}). Record it again: {cited.record}")
 
 
+def test_the_stale_list_names_what_the_provenance_test_fails_on(monkeypatch, capsys):
+    name = KERNEL_RECORDINGS[0]
+    real = recorded.load
+
+    def made_elsewhere(stem):
+        data = real(stem)
+        return {**data, "kernel_sources": {**data["kernel_sources"], "sha256": "0" * 64}} \
+            if stem == name else data
+
+    monkeypatch.setattr(recorded, "load", made_elsewhere)
+    assert name in claims.stale()
+    assert claims.main() == 1
+    out = capsys.readouterr().out
+    assert f"{name}: kernel sources changed since" in out and claims.CITED[name].record in out
+    monkeypatch.setattr(recorded, "staleness", lambda data: None)  # all made from these sources
+    assert claims.stale() == {} and claims.main() == 0
+    assert "every cited kernel recording is of the current sources" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------ the mechanism, on a toy tree
 
 def _toy_package(root: Path) -> Path:
