@@ -50,7 +50,7 @@ CITED: dict[str, Cited] = dict([
     _cited("triton_primer_h200", "01 09", True, f"python scripts/record_triton_primer.py {H200}"),
     _cited("accuracy_cpu", "10 11", True,
            "python scripts/record_accuracy.py on a CPU (the interpreter; about a minute)"),
-    _cited("accuracy_h200", "10 11", True, f"python scripts/record_accuracy.py {H200}"),
+    _cited("accuracy_h200", "10 11", True, f"python scripts/record_accuracy.py --jobs 12 {H200}"),
     # what our kernels compile to on the H200 (every launch of flash_attention, 8 cases), and
     # probes of Hopper features (a standalone loop of scripts/record_hopper.py)
     _cited("h200_hopper", "12 13", True, f"python scripts/record_hopper.py {H200}"),
