@@ -62,4 +62,7 @@ def test_a_slow_mode_does_not_starve_the_modes_after_it(monkeypatch):
     assert [status["slow", i] for i in range(5)] == ["ok", "ok"] + ["skipped"] * 3
     assert all(status["fast", i] == "ok" for i in range(3))  # the 20 s left are its own
     assert {r["reason"] for r in rows if r["status"] == "skipped"} == {"time budget"}
-    assert sorted(models.RUN_ORDER) == sorted(models.MODES)  # the default runs every mode
+
+
+def test_the_default_order_runs_every_mode():
+    assert sorted(models.RUN_ORDER) == sorted(models.MODES)
