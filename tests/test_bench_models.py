@@ -3,6 +3,11 @@ its own result against the fp32 reference, and records why anything could not ru
 
 from __future__ import annotations
 
+import json
+
+import pytest
+import torch
+
 from flashtext.bench import models
 
 TINY = models.Plan(gqa=((1, 2, 1, 32),), window=((1, 64, 8),), varlen=(1, 60, 8, 30),
@@ -66,3 +71,86 @@ def test_a_slow_mode_does_not_starve_the_modes_after_it(monkeypatch):
 
 def test_the_default_order_runs_every_mode():
     assert sorted(models.RUN_ORDER) == sorted(models.MODES)
+
+
+def test_each_mode_reports_its_share_time_and_skipped_rows(monkeypatch):
+    from types import SimpleNamespace
+
+    clock = [0.0]
+    monkeypatch.setattr(models.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(models, "time_call", lambda *a, **kw: SimpleNamespace(
+        ms=1.0, ms_q20=1.0, ms_q80=1.0, reps=1, timer="fake"))
+
+    def slow(runner, providers):
+        for i in range(3):
+            runner.measure({"mode": "slow", "i": i},
+                           lambda: clock.__setitem__(0, clock[0] + 30.0), None, flops=1.0)
+
+    monkeypatch.setitem(models.MODES, "slow", slow)
+    spent = {}
+    models.run(TINY, ("slow",), ("ours",), budget_s=50.0, spent=spent)
+    # calls start at 0 and 30; the third would start at 60, past the 50 s share
+    assert spent == {"slow": {"share_s": 50.0, "seconds": 60.0, "rows": 3, "skipped": 1}}
+
+
+def test_flexattention_is_built_only_when_its_row_runs(monkeypatch):
+    import torch.nn.attention.flex_attention as fa
+
+    built = []
+    monkeypatch.setattr(fa, "create_block_mask", lambda *a, **kw: built.append(a) or "mask")
+    monkeypatch.setattr(models, "_flex", lambda: lambda q, k, v, block_mask, enable_gqa: (
+        block_mask, enable_gqa))
+    call = models._flex_call(1, 2, 8, 8, causal=True)
+    assert built == []  # a row skipped for time compiles nothing
+    q = k = v = torch.zeros(1, 2, 8, 4)
+    assert call(q, k, v) == ("mask", False) and call(q, k, v) == ("mask", False)
+    assert len(built) == 1  # once per configuration
+
+
+def _row(mode, provider, n, status="ok", ms=1.0):
+    return {"mode": mode, "provider": provider, "n": n, "dtype": "float16", "status": status,
+            "ms": ms}
+
+
+def test_merge_finishes_a_recording_without_losing_measured_rows():
+    stamp = {"gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6"}
+    old = {**stamp, "kernel_sources": {"sha256": "a"}, "modes": {"gqa": {"skipped": 1}},
+           "rows": [_row("gqa", "ours", 1, ms=5.0), _row("gqa", "ours", 2, "skipped"),
+                    _row("window", "ours", 1, "skipped")]}
+    new = {**stamp, "kernel_sources": {"sha256": "b"}, "modes": {"window": {"skipped": 0}},
+           "rows": [_row("window", "ours", 1, ms=3.0), _row("gqa", "ours", 1, "skipped")]}
+    merged = models.merge(old, new)
+    by = {(r["mode"], r["n"]): r for r in merged["rows"]}
+    assert len(merged["rows"]) == 3
+    assert by["window", 1]["ms"] == 3.0  # measured now: replaces the skipped row
+    assert by["gqa", 1]["ms"] == 5.0  # skipped now: the measured row stays
+    assert by["gqa", 2]["status"] == "skipped"  # not measured in either run
+    assert set(merged["modes"]) == {"gqa", "window"} and len(merged["runs"]) == 2
+    assert merged["kernel_sources"] == {"sha256": "a"}  # recorded.save compares it with now
+    with pytest.raises(SystemExit, match="gpu"):
+        models.merge(old, {**new, "gpu": "NVIDIA A100"})
+
+
+def test_main_merges_a_second_run_into_the_recording(monkeypatch, tmp_path, capsys):
+    from flashtext import recorded
+
+    monkeypatch.setattr(recorded, "path", lambda name: tmp_path / f"{name}.json")
+    assert models.main(["--quick", "--modes", "decode", "--out", "m"]) == 0
+    assert models.main(["--quick", "--modes", "gqa", "--out", "m"]) == 0
+    assert models.main(["--quick", "--modes", "window", "--out", "m", "--merge"]) == 0
+    dense = json.loads((tmp_path / "m.json").read_text())
+    assert {r["mode"] for r in dense["rows"]} == {"gqa", "window"}  # merged, not replaced
+    assert [run["argv"][-4:] for run in dense["runs"]][-1] == ["window", "--out", "m",
+                                                              "--merge"]
+    assert json.loads((tmp_path / "m_decode.json").read_text())["modes"].keys() == {"decode"}
+    assert "INCOMPLETE" not in capsys.readouterr().out
+
+
+def test_a_starved_run_says_how_to_finish_it(monkeypatch, tmp_path, capsys):
+    from flashtext import recorded
+
+    monkeypatch.setattr(recorded, "path", lambda name: tmp_path / f"{name}.json")
+    models.main(["--quick", "--modes", "decode", "gqa", "--out", "m", "--budget-min", "1e-9"])
+    out = capsys.readouterr().out
+    assert ("INCOMPLETE: the time budget skipped rows of decode, gqa; finish with python -m "
+            "flashtext.bench.models --modes decode gqa --merge --out m") in out

@@ -1,9 +1,13 @@
 """The benchmark of attention as real models run it, side by side in one run: grouped-query
 attention, sliding windows, packed variable-length batches and KV-cache decoding.
 
-    python -m flashtext.bench.models                 # on a GPU: every mode, ~5 minutes
+    python -m flashtext.bench.models                 # on a GPU: every mode in --budget-min
     python -m flashtext.bench.models --quick         # CPU smoke test (interpreter, tiny shapes)
     python -m flashtext.bench.models --modes decode  # one mode
+    python -m flashtext.bench.models --modes gqa --merge  # add to the existing recording
+
+On a fresh machine FlexAttention's compiles take most of the time (minutes for GQA alone), so
+a run the budget cut short says which modes to finish with ``--merge``.
 
 For each configuration every provider runs on the same seeded inputs, is checked against an
 fp32 PyTorch reference on a slice of the rows (scaled max error, as in the main sweep), and is
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -231,16 +236,23 @@ def _flex_call(batch: int, heads: int, n_q: int, n_k: int, causal: bool, left: i
             keep = keep & (document[q_idx] == document[kv_idx])
         return keep
 
-    # a fresh compile for every configuration: past dynamo's recompile limit (8 graphs) a
-    # compiled function silently falls back to eager, far slower than FlexAttention's kernel
-    torch._dynamo.reset()
-    _FLEX.clear()
-    # the mask compiled too: the eager create_block_mask materialises every (q, k) pair
-    block_mask = create_block_mask(mask_mod, None, None, n_q, n_k, device="cuda", _compile=True)
-    flex = _flex()
+    built: dict[str, Any] = {}
 
     def call(q, k, v):
-        return flex(q, k, v, block_mask=block_mask, enable_gqa=k.shape[1] != q.shape[1])
+        # built on the first call, inside Runner.measure, so that its compiles (tens of
+        # seconds) are spent only where the time budget lets the row run at all
+        if not built:
+            # a fresh compile for every configuration: past dynamo's recompile limit (8
+            # graphs) a compiled function silently falls back to eager, far slower than
+            # FlexAttention's kernel
+            torch._dynamo.reset()
+            _FLEX.clear()
+            # the mask compiled too: the eager create_block_mask materialises every (q, k)
+            built["mask"] = create_block_mask(mask_mod, None, None, n_q, n_k, device="cuda",
+                                              _compile=True)
+            built["flex"] = _flex()
+        return built["flex"](q, k, v, block_mask=built["mask"],
+                             enable_gqa=k.shape[1] != q.shape[1])
 
     return call
 
@@ -395,20 +407,80 @@ RUN_ORDER = ("decode", "varlen", "window", "gqa")
 
 
 def run(plan: Plan, modes: tuple[str, ...], providers: tuple[str, ...],
-        budget_s: float | None = None) -> list[dict[str, Any]]:
+        budget_s: float | None = None, spent: dict[str, dict] | None = None,
+        ) -> list[dict[str, Any]]:
     """Measure every mode in ``modes``; returns the rows (also printed as they come).
 
     ``budget_s`` is shared out as the run goes: each mode may use an equal part of what is
     left when it starts (time a mode does not use passes on to the next), so a slow mode
-    (compiles, say) has its own remaining rows skipped, not every mode after it."""
+    (compiles, say) has its own remaining rows skipped, not every mode after it. A row that
+    starts before its mode's deadline runs to the end, so a mode can overrun its share.
+    ``spent``, if given, receives per mode its share, the seconds it took, and its rows and
+    skipped rows."""
     runner = Runner(plan, None)
     end = None if budget_s is None else time.monotonic() + budget_s
     for i, mode in enumerate(modes):
-        if end is not None:
-            now = time.monotonic()
-            runner.deadline = now + max(end - now, 0.0) / (len(modes) - i)
+        start, first = time.monotonic(), len(runner.rows)
+        share = None if end is None else max(end - start, 0.0) / (len(modes) - i)
+        runner.deadline = None if share is None else start + share
         MODES[mode](runner, providers)
+        rows = runner.rows[first:]
+        used = {"share_s": None if share is None else round(share, 1),
+                "seconds": round(time.monotonic() - start, 1), "rows": len(rows),
+                "skipped": sum(r["status"] == "skipped" for r in rows)}
+        print(f"mode {mode}: {used['seconds']} s"
+              + ("" if share is None else f" of a {used['share_s']} s share")
+              + f", {used['skipped']} of {used['rows']} rows skipped for time", flush=True)
+        if spent is not None:
+            spent[mode] = used
     return runner.rows
+
+
+ROW_KEY = ("mode", "pass", "provider", "cache", "block_size", "batch", "heads", "heads_kv",
+           "n", "window", "causal", "dtype")
+
+
+def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A recording finished in several runs: ``new``'s rows replace ``old``'s rows of the same
+    configuration, except rows this run skipped for time, which never replace a measured one.
+    Both must come from the same GPU and versions; the kernel sources measured stay on
+    record (:func:`flashtext.recorded.save` marks the file "mixed" if they differ)."""
+    for key in ("gpu", "torch", "triton"):
+        if old.get(key) != new.get(key):
+            raise SystemExit(f"--merge refused: the existing recording has {key} = "
+                             f"{old.get(key)!r}, this run {new.get(key)!r}. Use another --out.")
+
+    def key(r):
+        return tuple(r.get(k) for k in ROW_KEY)
+
+    before = {key(r): r for r in old["rows"]}
+    rows = [before.get(key(r), r) if r["status"] == "skipped" else r for r in new["rows"]]
+    fresh = {key(r) for r in rows}
+    merged = {**new, recorded.SOURCES_KEY: old.get(recorded.SOURCES_KEY)}
+    merged["rows"] = [r for r in old["rows"] if key(r) not in fresh] + rows
+    merged["modes"] = {**(old.get("modes") or {}), **(new.get("modes") or {})}
+    merged["runs"] = [*old.get("runs", [_run_record(old)]), _run_record(new)]
+    return merged
+
+
+def _run_record(payload: dict[str, Any]) -> dict[str, Any]:
+    return {"date": payload.get("date"), "argv": payload.get("argv"),
+            "seconds": payload.get("seconds"), "modes": payload.get("modes"),
+            "rows": len(payload.get("rows", []))}
+
+
+def _save(name: str, payload: dict[str, Any], do_merge: bool, measured: tuple[str, ...]):
+    if do_merge and recorded.path(name).exists():
+        import json
+
+        import triton
+
+        stamp = {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+                 "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+                 "triton": triton.__version__}
+        payload = merge(json.loads(recorded.path(name).read_text()), {**stamp, **payload})
+        payload = {k: v for k, v in payload.items() if k not in stamp}
+    return recorded.save(name, payload, measured=measured)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -419,14 +491,19 @@ def main(argv: list[str] | None = None) -> int:
                     default=["ours", "flex", *SDPA_BACKENDS])
     ap.add_argument("--out", default=None, help="recording name (default: none on the CPU, "
                     "bench_h200_models on a GPU)")
-    ap.add_argument("--budget-min", type=float, default=7.0)
+    ap.add_argument("--budget-min", type=float, default=7.0,
+                    help="minutes, shared out mode by mode (0: no budget)")
+    ap.add_argument("--merge", action="store_true",
+                    help="merge into the existing recording (same GPU and versions), replacing "
+                    "the rows measured again: finish a recording in several runs")
     args = ap.parse_args(argv)
     plan = QUICK if args.quick or _boot.INTERPRETING else FULL
     providers = tuple(args.providers)
     if _boot.INTERPRETING:
         providers = tuple(x for x in providers if x in ("ours", "math"))
     started = time.time()
-    rows = run(plan, tuple(args.modes), providers, args.budget_min * 60)
+    spent: dict[str, dict] = {}
+    rows = run(plan, tuple(args.modes), providers, args.budget_min * 60 or None, spent)
     wrong = [r for r in rows if r.get("provider", "").startswith("ours")
              and r.get("correct") is False]
     out = args.out or (None if _boot.INTERPRETING else "bench_h200_models")
@@ -438,15 +515,21 @@ def main(argv: list[str] | None = None) -> int:
             if r.get("gbps") and ceilings:
                 r["roof_fraction"] = r["gbps"] * 1e9 / ceilings["copy_bandwidth"]
         meta = {"plan": plan.__dict__, "seconds": round(time.time() - started, 1),
-                "ceilings": ceilings, "tolerance": TOLERANCE}
+                "ceilings": ceilings, "tolerance": TOLERANCE,
+                "argv": list(sys.argv[1:] if argv is None else argv), "modes": spent}
         dense = [r for r in rows if r["mode"] != "decode"]
         decode = [r for r in rows if r["mode"] == "decode"]
         measured = ("flashtext.kernels.api", "flashtext.kernels.decode")
         if dense:
-            print("wrote", recorded.save(out, {**meta, "rows": dense}, measured=measured))
+            print("wrote", _save(out, {**meta, "rows": dense}, args.merge, measured))
         if decode:
-            print("wrote", recorded.save(f"{out}_decode", {**meta, "rows": decode},
-                                         measured=measured))
+            print("wrote", _save(f"{out}_decode", {**meta, "rows": decode}, args.merge,
+                                 measured))
+    short = [m for m, used in spent.items() if used["skipped"]]
+    if short:
+        print(f"INCOMPLETE: the time budget skipped rows of {', '.join(short)}; finish with "
+              f"python -m flashtext.bench.models --modes {' '.join(short)} --merge"
+              + (f" --out {args.out}" if args.out else ""))
     if wrong:
         print(f"OURS WRONG in {len(wrong)} rows")
     return 1 if wrong else 0
