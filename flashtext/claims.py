@@ -96,9 +96,38 @@ def stale() -> dict[str, str]:
     return out
 
 
-def main() -> int:
+def add_code_hashes() -> list[str]:
+    """Stamp every recording in ``flashtext/data`` that has byte hashes only, and whose bytes
+    are still the kernel sources', with the code hashes of those sources
+    (:func:`flashtext.recorded.add_code_hashes`); returns the names rewritten."""
+    import json
+
+    from flashtext import recorded
+
+    done = []
+    for file in sorted(recorded.DATA_DIR.glob("*.json")):
+        data = json.loads(file.read_text())
+        if recorded.add_code_hashes(data):
+            file.write_text(json.dumps(data, indent=1) + "\n")
+            done.append(file.stem)
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
     """``python -m flashtext.claims``: each stale cited recording, why, and how to record it
-    again; exit status 1 if there is any."""
+    again; exit status 1 if there is any. ``--add-code-hashes`` first stamps the recordings
+    made from the current bytes with their code hashes, so that a later edit of comments or
+    docstrings in the kernels leaves them current."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m flashtext.claims",
+                                     description=main.__doc__.splitlines()[0])
+    parser.add_argument("--add-code-hashes", action="store_true",
+                        help="stamp recordings of the current kernel bytes with code hashes")
+    args = parser.parse_args(argv)
+    if args.add_code_hashes:
+        for name in add_code_hashes():
+            print(f"{name}: code hashes added")
     late = stale()
     for name, why in late.items():
         print(f"{name}: {why}\n    record again: {CITED[name].record}")
@@ -107,7 +136,7 @@ def main() -> int:
     return 1 if late else 0
 
 
-__all__ = ["CITED", "CODE", "Cited", "main", "says", "stale"]
+__all__ = ["CITED", "CODE", "Cited", "add_code_hashes", "main", "says", "stale"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -6,10 +6,12 @@ Each file in ``flashtext/data/`` is JSON with at least ``gpu``, ``date``, ``torc
 measurement scripts (``scripts/``) that produce them on the GPU.
 
 A recording of the library's own kernels also stores what it was made from: ``save(...,
-measured=("flashtext.kernels.api",))`` adds ``kernel_sources``, a sha256 of every file of
-``flashtext/kernels/`` that the measured entry points import (:func:`kernel_fingerprint`).
-:func:`staleness` compares it with the sources as they are now, so a test can refuse a chapter
-that cites measurements of code that has since changed (``tests/test_recording_provenance.py``).
+measured=("flashtext.kernels.api",))`` adds ``kernel_sources``, sha256s of every file of
+``flashtext/kernels/`` that the measured entry points import, of its bytes and of its code
+without comments and docstrings (:func:`kernel_fingerprint`). :func:`staleness` compares the
+code with the sources as they are now, so a test can refuse a chapter that cites measurements
+of code that has since changed (``tests/test_recording_provenance.py``), and a comment fixed in
+a kernel file does not send the book back to the GPU.
 """
 
 from __future__ import annotations
@@ -120,17 +122,57 @@ def measured_files(entry_points: Iterable[str], root: Path = PACKAGE_ROOT) -> li
     return sorted(_module_file(m, root) for m in seen)
 
 
+def _canonical(node: Any) -> str:
+    """A syntax tree as text, without positions, and without fields that are None or empty:
+    the same for one program under Python 3.11 to 3.13 (3.12 added empty ``type_params`` to
+    every function, and ast.dump's own output differs between versions)."""
+    if isinstance(node, ast.AST):
+        fields = [f"{name}={_canonical(value)}" for name, value in ast.iter_fields(node)
+                  if value is not None and value != []]
+        return f"{type(node).__name__}({','.join(fields)})"
+    if isinstance(node, list):
+        return "[" + ",".join(_canonical(item) for item in node) + "]"
+    return repr(node)
+
+
+def code_digest(source: str) -> str:
+    """sha256 of a module's code: its syntax tree without comments, docstrings or layout. A
+    change to any of those leaves it as it was; a change to what runs does not."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                node.body = node.body[1:] or [ast.Pass()]
+    return hashlib.sha256(_canonical(tree).encode()).hexdigest()
+
+
+def _total(digests: dict[str, str]) -> str:
+    return hashlib.sha256("".join(f"{name}\0{digest}\n" for name, digest in
+                                  sorted(digests.items())).encode()).hexdigest()
+
+
 def kernel_fingerprint(entry_points: Iterable[str] = ("flashtext.kernels.api",),
                        root: Path = PACKAGE_ROOT) -> dict[str, Any]:
     """What a measurement of ``entry_points`` is made from: the sha256 of each source file it
-    runs (:func:`measured_files`) and one sha256 over all of them (paths included, so a rename
-    counts as a change)."""
+    runs (:func:`measured_files`) and one over all of them (paths included, so a rename counts
+    as a change), of the bytes (``sha256``, ``files``) and of the code alone
+    (``code_sha256``, ``code_files``, :func:`code_digest`): a recording stamped with the
+    latter stays current through an edit of comments or docstrings."""
     entry_points = tuple(entry_points)
+    sources = measured_files(entry_points, root)
     files = {str(f.relative_to(root).as_posix()): hashlib.sha256(f.read_bytes()).hexdigest()
-             for f in measured_files(entry_points, root)}
-    total = hashlib.sha256("".join(f"{name}\0{digest}\n" for name, digest in
-                                   sorted(files.items())).encode()).hexdigest()
-    return {"sha256": total, "entry_points": list(entry_points), "files": files}
+             for f in sources}
+    code = {str(f.relative_to(root).as_posix()): code_digest(f.read_text()) for f in sources}
+    return {"sha256": _total(files), "entry_points": list(entry_points), "files": files,
+            "code_sha256": _total(code), "code_files": code}
+
+
+def _same_sources(made_from: dict[str, Any], now: dict[str, Any]) -> bool:
+    if "code_sha256" in made_from:
+        return made_from["code_sha256"] == now["code_sha256"]
+    return made_from.get("sha256") == now["sha256"]
 
 
 def staleness(data: dict[str, Any], root: Path = PACKAGE_ROOT) -> str | None:
@@ -147,11 +189,30 @@ def staleness(data: dict[str, Any], root: Path = PACKAGE_ROOT) -> str | None:
         now = kernel_fingerprint(made_from["entry_points"], root)
     except ValueError as exc:
         return f"its entry points no longer resolve: {exc}"
-    if now["sha256"] == made_from["sha256"]:
+    if _same_sources(made_from, now):
         return None
-    before, after = made_from.get("files", {}), now["files"]
+    key = "code_files" if "code_sha256" in made_from else "files"
+    before, after = made_from.get(key, {}), now[key]
     changed = sorted(f for f in set(before) | set(after) if before.get(f) != after.get(f))
     return "kernel sources changed since: " + ", ".join(changed)
+
+
+def add_code_hashes(data: dict[str, Any], root: Path = PACKAGE_ROOT) -> bool:
+    """Give a recording stamped with byte hashes only the code hashes of its sources, where the
+    byte hashes prove it was made from the files as they are now (the code hashes are then of
+    exactly what it measured). True if it added them; a stale, mixed or already complete stamp
+    is left as it is."""
+    made_from = data.get(SOURCES_KEY)
+    if not made_from or "code_sha256" in made_from or made_from.get("sha256") == "mixed":
+        return False
+    try:
+        now = kernel_fingerprint(made_from["entry_points"], root)
+    except ValueError:
+        return False
+    if now["sha256"] != made_from["sha256"]:
+        return False
+    made_from.update(code_sha256=now["code_sha256"], code_files=now["code_files"])
+    return True
 
 
 def sources_note(data: dict[str, Any]) -> str:
@@ -169,7 +230,7 @@ def _stamp_sources(payload: dict[str, Any], measured: tuple[str, ...]) -> dict[s
     if SOURCES_KEY not in payload:  # a fresh recording
         return current
     prior = payload[SOURCES_KEY]  # merged into an earlier recording: same sources, or mixed
-    if prior is not None and prior.get("sha256") == current["sha256"]:
+    if prior is not None and prior.get("sha256") != "mixed" and _same_sources(prior, current):
         return current
     parts = prior.get("parts", [prior]) if prior and prior.get("sha256") == "mixed" else [prior]
     return {"sha256": "mixed", "entry_points": list(measured), "parts": [*parts, current]}

@@ -80,11 +80,11 @@ def test_the_stale_list_names_what_the_provenance_test_fails_on(monkeypatch, cap
 
     monkeypatch.setattr(recorded, "load", made_elsewhere)
     assert name in claims.stale()
-    assert claims.main() == 1
+    assert claims.main([]) == 1
     out = capsys.readouterr().out
     assert f"{name}: kernel sources changed since" in out and claims.CITED[name].record in out
     monkeypatch.setattr(recorded, "staleness", lambda data: None)  # all made from these sources
-    assert claims.stale() == {} and claims.main() == 0
+    assert claims.stale() == {} and claims.main([]) == 0
     assert "every cited kernel recording is of the current sources" in capsys.readouterr().out
 
 
@@ -128,6 +128,46 @@ def test_a_stale_recording_is_caught(tmp_path):
         tmp_path)
 
 
+def test_the_code_digest_ignores_comments_docstrings_and_layout_only():
+    base = recorded.code_digest('def f(x):\n    """Twice x."""\n    return 2 * x\n')
+    assert recorded.code_digest("def f(x):  # doubles\n    return 2*x\n") == base
+    assert recorded.code_digest('"""A module."""\ndef f(x):\n    return (2 *\n  x)\n') == base
+    assert recorded.code_digest("def f(x):\n    return 3 * x\n") != base
+    assert recorded.code_digest("def f(y):\n    return 2 * y\n") != base
+    assert recorded.code_digest('def f(x):\n    """Twice x."""\n') != base  # body gone
+    # a string that is not a docstring is code (an error message, a Triton constant)
+    assert (recorded.code_digest('def f(x):\n    raise ValueError("a")\n')
+            != recorded.code_digest('def f(x):\n    raise ValueError("b")\n'))
+
+
+def test_a_comment_edit_leaves_a_code_stamped_recording_current(tmp_path):
+    kernels = _toy_package(tmp_path)
+    stamp = recorded.kernel_fingerprint(["flashtext.kernels.api"], tmp_path)
+    bytes_only = {k: stamp[k] for k in ("sha256", "entry_points", "files")}
+    (kernels / "config.py").write_text("# the searched tile\nTABLE = {'fwd': (128, 128)}\n")
+    assert recorded.staleness({"kernel_sources": stamp}, tmp_path) is None
+    assert recorded.staleness({"kernel_sources": bytes_only}, tmp_path) == (
+        "kernel sources changed since: flashtext/kernels/config.py")
+    (kernels / "config.py").write_text("TABLE = {'fwd': (64, 64)}\n")
+    assert recorded.staleness({"kernel_sources": stamp}, tmp_path) == (
+        "kernel sources changed since: flashtext/kernels/config.py")
+
+
+def test_code_hashes_are_added_only_where_the_bytes_prove_the_sources(tmp_path):
+    kernels = _toy_package(tmp_path)
+    now = recorded.kernel_fingerprint(["flashtext.kernels.api"], tmp_path)
+    bytes_only = {k: now[k] for k in ("sha256", "entry_points", "files")}
+    data = {"kernel_sources": dict(bytes_only)}
+    assert recorded.add_code_hashes(data, tmp_path) and data["kernel_sources"] == now
+    assert not recorded.add_code_hashes(data, tmp_path)  # already there
+    (kernels / "forward.py").write_text("from .config import TABLE\ndef forward(): return 1\n")
+    stale_one = {"kernel_sources": dict(bytes_only)}  # made from forward.py as it was
+    assert not recorded.add_code_hashes(stale_one, tmp_path)
+    assert "code_sha256" not in stale_one["kernel_sources"]
+    assert not recorded.add_code_hashes({"kernel_sources": {"sha256": "mixed"}}, tmp_path)
+    assert not recorded.add_code_hashes({}, tmp_path)
+
+
 def test_save_stores_what_was_measured_and_a_merge_of_other_sources_is_mixed(tmp_path,
                                                                               monkeypatch):
     monkeypatch.setattr(recorded, "DATA_DIR", tmp_path)
@@ -137,7 +177,11 @@ def test_save_stores_what_was_measured_and_a_merge_of_other_sources_is_mixed(tmp
     assert recorded.staleness(recorded.load("fresh")) is None
     recorded.save("same", {"rows": [], "kernel_sources": now}, measured=["flashtext.kernels.api"])
     assert recorded.load("same")["kernel_sources"] == now
-    older = {**now, "sha256": "0" * 64}
+    reworded = {**now, "sha256": "1" * 64}  # other bytes (comments), the same code: not mixed
+    recorded.save("reworded", {"rows": [], "kernel_sources": reworded},
+                  measured=["flashtext.kernels.api"])
+    assert recorded.load("reworded")["kernel_sources"] == now
+    older = {**now, "sha256": "0" * 64, "code_sha256": "0" * 64}
     recorded.save("mixed", {"rows": [], "kernel_sources": older},
                   measured=["flashtext.kernels.api"])
     mixed = recorded.load("mixed")["kernel_sources"]
