@@ -233,6 +233,56 @@ def test_provider_failures_are_recorded_and_the_sweep_goes_on(monkeypatch):
     assert status[("math", "fwd")] == status[("math", "fwd_bwd")] == "ok"
 
 
+def test_rounds_retime_every_provider_in_rotated_orders_and_pool_the_calls(monkeypatch):
+    last = []
+
+    def named(name):
+        def factory(cfg):
+            def attn(q, k, v):
+                last.append(name)
+                return _math(cfg)(q, k, v)
+            return attn
+        return factory
+
+    _fake(monkeypatch, named("ours"), "ours")
+    _fake(monkeypatch, named("math"), "math")
+    timed, clock = [], iter(range(1, 100))
+
+    def fake_time_call(fn, *, warmup_ms, rep_ms, grad_to_none=None, gpu):
+        fn()
+        timed.append(last[-1])
+        t = float(next(clock))
+        return core.Timing(t, t, t, 2, "fake", (t, t + 0.5))
+
+    monkeypatch.setattr(sweep, "time_call", fake_time_call)
+    s = core.Settings(**{**TINY, "providers": ("ours", "math"), "rounds": 3})
+    rows = sweep.run(s, log=None)["rows"]
+    # round 0 times each provider's two modes in the sweep's order; then rotated orders
+    assert timed == ["ours"] * 2 + ["math"] * 2 + ["math"] * 2 + ["ours"] * 2 + ["ours"] * 2 \
+        + ["math"] * 2
+    ours_fwd = next(r for r in rows if (r["provider"], r["mode"]) == ("ours", "fwd"))
+    assert ours_fwd["ms_rounds"] == [1.0, 7.0, 9.0]  # each round's median, in round order
+    assert ours_fwd["reps"] == 6 and ours_fwd["ms"] == 7.25  # the median of all six calls
+    assert ours_fwd["tflops"] == pytest.approx(core.tflops(ours_fwd["flops"], 7.25))
+    assert all("times" not in r for r in rows) and all(len(r["ms_rounds"]) == 3 for r in rows)
+    one = sweep.run(core.Settings(**{**TINY, "providers": ("ours",)}), log=None)["rows"]
+    assert all("ms_rounds" not in r and "times" not in r for r in one)
+    assert sweep.round_order(["a", "b", "c"], 4) == ["b", "c", "a"]
+    clock = iter([1.0, 50.0, 2.0, 60.0, 4.0, 70.0])  # a timer without per-call times
+
+    def medians_only(fn, *, warmup_ms, rep_ms, grad_to_none=None, gpu):
+        t = next(clock)
+        return core.Timing(t, t, t, 0, "fake")
+
+    monkeypatch.setattr(sweep, "time_call", medians_only)
+    rows = sweep.run(core.Settings(**{**TINY, "providers": ("ours",), "rounds": 3}),
+                     log=None)["rows"]
+    fwd = next(r for r in rows if r["mode"] == "fwd")
+    assert fwd["ms_rounds"] == [1.0, 2.0, 4.0] and fwd["ms"] == 2.0  # the middle round
+    with pytest.raises(ValueError, match="rounds"):
+        core.Settings(**{**TINY, "rounds": 0})
+
+
 def test_skips_and_time_budget(monkeypatch):
     s = core.Settings(**{**TINY, "providers": ("math",), "ns": (32, 64), "math_max_n": 32})
     rows = sweep.run(s, log=None)["rows"]
@@ -397,6 +447,8 @@ def test_cli_helpers():
     s = cli.settings_from_args(args, quick=False)
     assert s.dtypes == ("float16", "bfloat16") and s.ns == (1024, 2048)
     assert s.causals == (True,) and s.providers == ("ours", "cudnn") and s.budget_s is None
+    assert s.rounds == 1
+    assert cli.settings_from_args(cli.parser().parse_args(["--rounds", "3"]), False).rounds == 3
 
 
 def test_cli_quick_run_writes_json_and_figures(tmp_path, monkeypatch, capsys):

@@ -63,6 +63,9 @@ def parser() -> argparse.ArgumentParser:
     how = ap.add_argument_group("how")
     how.add_argument("--warmup", type=float, default=None, help="do_bench warm-up, ms (25)")
     how.add_argument("--rep", type=float, default=None, help="do_bench measuring time, ms (100)")
+    how.add_argument("--rounds", type=int, default=None,
+                     help="time each configuration's providers this many times, each round in "
+                     "a rotated order, and pool the calls (1)")
     how.add_argument("--math-max-n", type=_parse_n, default=None,
                      help="largest N for the math backend (4096)")
     how.add_argument("--no-check", action="store_true", help="skip the float64 checks")
@@ -117,6 +120,8 @@ def settings_from_args(args: argparse.Namespace, quick: bool) -> core.Settings:
         given["warmup_ms"] = args.warmup
     if args.rep is not None:
         given["rep_ms"] = args.rep
+    if args.rounds is not None:
+        given["rounds"] = args.rounds
     if args.math_max_n is not None:
         given["math_max_n"] = args.math_max_n
     if args.no_check:

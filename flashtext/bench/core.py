@@ -59,6 +59,9 @@ class Settings:
     flex_compile: str = "auto"  # how FlexAttention is compiled: see FLEX_COMPILE
     seed: int = 0
     quick: bool = False  # CPU smoke test: tiny shapes, no timing claims
+    # timed passes over a configuration's providers, each pass in another order; a row's
+    # times are every call of every pass (1: each provider timed once, one after the other)
+    rounds: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtypes", tuple(_dtype_name(x) for x in self.dtypes))
@@ -87,6 +90,8 @@ class Settings:
         if self.flex_compile not in FLEX_COMPILE:
             raise ValueError(f"flex_compile must be one of {sorted(FLEX_COMPILE)}, got "
                              f"{self.flex_compile!r}")
+        if not isinstance(self.rounds, int) or isinstance(self.rounds, bool) or self.rounds < 1:
+            raise ValueError(f"rounds must be an int >= 1, got {self.rounds!r}")
         if self.warmup_ms < 0 or self.rep_ms <= 0:
             raise ValueError(f"warmup_ms must be >= 0 and rep_ms > 0, got {self.warmup_ms}, "
                              f"{self.rep_ms}")
@@ -188,6 +193,7 @@ class Timing:
     ms_q80: float
     reps: int
     timer: str  # "do_bench" (CUDA events, L2 flushed) or "perf_counter" (CPU, no claims)
+    times: tuple[float, ...] = ()  # every call's time, where the timer gives them
 
 
 def _quantile(sorted_times: list[float], q: float) -> float:
@@ -201,7 +207,8 @@ def summarize(times_ms: list[float], timer: str) -> Timing:
     if not times_ms:
         raise ValueError("times_ms must not be empty")
     t = sorted(float(x) for x in times_ms)
-    return Timing(statistics.median(t), _quantile(t, 0.2), _quantile(t, 0.8), len(t), timer)
+    return Timing(statistics.median(t), _quantile(t, 0.2), _quantile(t, 0.8), len(t), timer,
+                  tuple(t))
 
 
 _ALL: list[bool] = []

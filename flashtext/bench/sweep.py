@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import statistics
 import sys
 import time
 import warnings
@@ -28,6 +29,7 @@ from flashtext.bench.core import (
     compare,
     peak_memory,
     reference_slices,
+    summarize,
     tflops,
     time_call,
 )
@@ -48,6 +50,9 @@ FIELDS = {
     "min_bytes": "bytes no kernel can avoid: Q, K, V read and O written once; x3 fwd_bwd",
     "ms, ms_q20, ms_q80, reps, timer": "median, 20th and 80th percentile of reps timed calls",
     "tflops": "flops / ms",
+    "ms_rounds": "with --rounds R > 1: the median of each round (the providers of a "
+                 "configuration timed R times in rotated orders; ms and its quantiles pool "
+                 "every call)",
     "first_call_s": "wall time of the first call (compilation, autotuning), not in ms",
     "max_error": "max |x - ref| / max |ref| per output against float64 on the first and last "
                  "(batch, head); correct = every error <= tolerance",
@@ -136,8 +141,13 @@ def _row(cfg: Config, provider: str, mode: str, status: str, reason: str | None 
     return row
 
 
+# what an extra round re-times: (provider, mode) -> (its prepared provider, the timed call,
+# the tensors whose gradients the call fills)
+Timers = dict[tuple[str, str], tuple[Prepared, Callable[[], Any], list | None]]
+
+
 def _measure_mode(p: Prepared, cfg: Config, mode: str, inputs, ref, s: Settings,
-                  st: _State, provider: str) -> dict[str, Any]:
+                  st: _State, provider: str, timers: Timers | None = None) -> dict[str, Any]:
     q, k, v, do = inputs
     if mode == "fwd":
         args = (q, k, v)
@@ -186,13 +196,16 @@ def _measure_mode(p: Prepared, cfg: Config, mode: str, inputs, ref, s: Settings,
             extra["peak_bytes_per_token"] = extra["peak_bytes"] / (cfg.batch * cfg.n)
     except Exception as exc:  # noqa: BLE001
         return _row(cfg, provider, mode, *classify(exc), **extra)
+    if timers is not None:  # more rounds to come: keep the call, and this round's times
+        timers[provider, mode] = (p, fn, grads)
+        extra["times"] = timing.times
     return _row(cfg, provider, mode, "ok", None, ms=timing.ms, ms_q20=timing.ms_q20,
                 ms_q80=timing.ms_q80, reps=timing.reps, timer=timing.timer,
                 tflops=tflops(cfg.flops(mode), timing.ms), **extra)
 
 
-def _measure_provider(name: str, cfg: Config, inputs, ref, s: Settings, st: _State
-                      ) -> list[dict[str, Any]]:
+def _measure_provider(name: str, cfg: Config, inputs, ref, s: Settings, st: _State,
+                      timers: Timers | None = None) -> list[dict[str, Any]]:
     provider = PROVIDERS[name]
     reason = provider.skip(cfg, s, st.gpu)
     if reason:
@@ -206,7 +219,7 @@ def _measure_provider(name: str, cfg: Config, inputs, ref, s: Settings, st: _Sta
     rows = []
     with prepared.context():
         for mode in s.modes:
-            rows.append(_measure_mode(prepared, cfg, mode, inputs, ref, s, st, name))
+            rows.append(_measure_mode(prepared, cfg, mode, inputs, ref, s, st, name, timers))
             if rows[-1]["status"] == "error" and st.gpu and not _cuda_alive():
                 st.cuda_lost = f"{name} {mode} {cfg.label()}: {rows[-1]['reason']}"
                 break
@@ -224,20 +237,64 @@ def run_config(cfg: Config, s: Settings, st: _State) -> list[dict[str, Any]]:
             ref_note = "not checked: float64 reference failed: " + classify(exc)[1]
             _free(collect=True)
     rows = []
+    timers: Timers = {}
     for name in s.providers:
         if st.cuda_lost:
             rows += [_row(cfg, name, m, "skipped", "CUDA context lost after " + st.cuda_lost)
                      for m in s.modes]
             continue
-        got = _measure_provider(name, cfg, inputs, ref, s, st)
+        got = _measure_provider(name, cfg, inputs, ref, s, st, timers if s.rounds > 1 else None)
         if ref_note:
             for r in got:
                 r["check"] = ref_note
         rows += got
         _free(collect=any(r["status"] in ("oom", "error") for r in got))
-    del inputs, ref
+    if s.rounds > 1 and not st.cuda_lost:
+        _more_rounds(rows, timers, cfg, s, st)
+    del inputs, ref, timers
     _free(collect=True)
     return rows
+
+
+def round_order(providers: list[str], round_index: int) -> list[str]:
+    """The providers' order in round ``round_index`` (0: the sweep's own order): rotated by
+    one each round, so that no provider always runs first after another's compile or last."""
+    shift = round_index % len(providers) if providers else 0
+    return providers[shift:] + providers[:shift]
+
+
+def _more_rounds(rows: list[dict[str, Any]], timers: Timers, cfg: Config, s: Settings,
+                 st: _State) -> None:
+    """Time every measured (provider, mode) again in ``s.rounds - 1`` more passes, each in
+    :func:`round_order`; a row's median and quantiles become those of all its calls, and
+    ``ms_rounds`` keeps each pass's median (how far one provider moved between passes)."""
+    first = {(r["provider"], r["mode"]): r for r in rows if r["status"] == "ok"}
+    timings = {key: [] for key in timers}
+    providers = list(dict.fromkeys(name for name, _ in timers))
+    for i in range(1, s.rounds):
+        for name in round_order(providers, i):
+            for (provider, mode), (prepared, fn, grads) in timers.items():
+                if provider != name:
+                    continue
+                with prepared.context():
+                    timings[provider, mode].append(time_call(
+                        fn, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms, grad_to_none=grads,
+                        gpu=st.gpu))
+    for key, extra in timings.items():
+        row = first[key]
+        if not extra or not all(t.times for t in extra) or not row.get("times"):
+            # a timer without per-call times: the median of the rounds' medians
+            row["ms_rounds"] = [row["ms"], *(t.ms for t in extra)]
+            row.update(ms=statistics.median(row["ms_rounds"]),
+                       tflops=tflops(cfg.flops(row["mode"]), statistics.median(row["ms_rounds"])))
+            continue
+        pooled = summarize([*row.pop("times"), *(x for t in extra for x in t.times)],
+                           row["timer"])
+        row.update(ms_rounds=[row["ms"], *(t.ms for t in extra)], ms=pooled.ms,
+                   ms_q20=pooled.ms_q20, ms_q80=pooled.ms_q80, reps=pooled.reps,
+                   tflops=tflops(cfg.flops(row["mode"]), pooled.ms))
+    for row in rows:
+        row.pop("times", None)
 
 
 def _progress_line(i: int, total: int, cfg: Config, rows: list[dict[str, Any]],
