@@ -59,9 +59,11 @@ CITED: dict[str, Cited] = dict([
     _cited("gluon_probe_h200", "13", True,
            "PYTHONPATH=. python scripts/probe_gluon.py --json "
            f"flashtext/data/gluon_probe_h200.json {H200}"),
-    _cited("bench_h200_models", "15", True, f"python -m flashtext.bench.models {H200}"),
+    _cited("bench_h200_models", "15", True,
+           f"python -m flashtext.bench.models {H200}; a run its budget cuts short says which "
+           "--modes to finish with --merge"),
     _cited("bench_h200_models_decode", "14 15", True,
-           f"python -m flashtext.bench.models {H200} (its decode rows)"),
+           f"python -m flashtext.bench.models --modes decode {H200} (the decode rows)"),
     _cited(RECORDED_NAME, "12", True,
            f"make bench BENCH_ARGS='--providers ours cudnn flash flex --flex-compile static "
            f"--out {RECORDED_NAME}' {H200} "
