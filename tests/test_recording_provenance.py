@@ -75,7 +75,8 @@ def test_the_stale_list_names_what_the_provenance_test_fails_on(monkeypatch, cap
 
     def made_elsewhere(stem):
         data = real(stem)
-        return {**data, "kernel_sources": {**data["kernel_sources"], "sha256": "0" * 64}} \
+        other = {"sha256": "0" * 64, "code_sha256": "0" * 64}  # bytes and code elsewhere
+        return {**data, "kernel_sources": {**data["kernel_sources"], **other}} \
             if stem == name else data
 
     monkeypatch.setattr(recorded, "load", made_elsewhere)
