@@ -41,24 +41,30 @@ def test_the_packed_lengths_fill_the_total_within_bounds():
     assert sum(lengths) == 32768 and all(128 <= n <= 8192 + 128 for n in lengths)
 
 
-def test_a_slow_mode_does_not_starve_the_modes_after_it(monkeypatch):
+def _slow_mode(monkeypatch, calls: int, seconds: float) -> None:
+    """A fake clock, a fake timer, and a mode "slow" whose every call takes ``seconds``."""
     from types import SimpleNamespace
 
-    clock = [0.0]  # seconds; each call of the slow mode takes 40 of them
+    clock = [0.0]
     monkeypatch.setattr(models.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(models, "time_call", lambda *a, **kw: SimpleNamespace(
         ms=1.0, ms_q20=1.0, ms_q80=1.0, reps=1, timer="fake"))
 
     def slow(runner, providers):
-        for i in range(5):
+        for i in range(calls):
             runner.measure({"mode": "slow", "i": i},
-                           lambda: clock.__setitem__(0, clock[0] + 40.0), None, flops=1.0)
+                           lambda: clock.__setitem__(0, clock[0] + seconds), None, flops=1.0)
+
+    monkeypatch.setitem(models.MODES, "slow", slow)
+
+
+def test_a_slow_mode_does_not_starve_the_modes_after_it(monkeypatch):
+    _slow_mode(monkeypatch, calls=5, seconds=40.0)
 
     def fast(runner, providers):
         for i in range(3):
             runner.measure({"mode": "fast", "i": i}, lambda: None, None, flops=1.0)
 
-    monkeypatch.setitem(models.MODES, "slow", slow)
     monkeypatch.setitem(models.MODES, "fast", fast)
     rows = models.run(TINY, ("slow", "fast"), ("ours",), budget_s=100.0)
     status = {(r["mode"], r["i"]): r["status"] for r in rows}
@@ -74,19 +80,7 @@ def test_the_default_order_runs_every_mode():
 
 
 def test_each_mode_reports_its_share_time_and_skipped_rows(monkeypatch):
-    from types import SimpleNamespace
-
-    clock = [0.0]
-    monkeypatch.setattr(models.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(models, "time_call", lambda *a, **kw: SimpleNamespace(
-        ms=1.0, ms_q20=1.0, ms_q80=1.0, reps=1, timer="fake"))
-
-    def slow(runner, providers):
-        for i in range(3):
-            runner.measure({"mode": "slow", "i": i},
-                           lambda: clock.__setitem__(0, clock[0] + 30.0), None, flops=1.0)
-
-    monkeypatch.setitem(models.MODES, "slow", slow)
+    _slow_mode(monkeypatch, calls=3, seconds=30.0)
     spent = {}
     models.run(TINY, ("slow",), ("ours",), budget_s=50.0, spent=spent)
     # calls start at 0 and 30; the third would start at 60, past the 50 s share
