@@ -20,7 +20,7 @@ import ast
 import datetime as _dt
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +234,34 @@ def _stamp_sources(payload: dict[str, Any], measured: tuple[str, ...]) -> dict[s
         return current
     parts = prior.get("parts", [prior]) if prior and prior.get("sha256") == "mixed" else [prior]
     return {"sha256": "mixed", "entry_points": list(measured), "parts": [*parts, current]}
+
+
+def merge_runs(old: dict[str, Any], new: dict[str, Any], key: Callable[[dict], Any],
+               run_record: Callable[[dict], dict]) -> dict[str, Any]:
+    """A recording finished in several runs (the benchmarks' ``--merge``): ``new``'s rows
+    replace ``old``'s rows of the same ``key``, except rows this run skipped for its time
+    budget, which never replace a measured one. Both must come from the same GPU and
+    versions. ``kernel_sources`` stays the old one, so that :func:`save` keeps it or marks the
+    file "mixed"; ``runs`` keeps one ``run_record`` per run (a run's own earlier checkpoints,
+    with the same ``started``, are replaced, not repeated)."""
+    for name in ("gpu", "torch", "triton"):
+        if old.get(name) != new.get(name):
+            raise SystemExit(f"--merge refused: the existing recording has {name} = "
+                             f"{old.get(name)!r}, this run {new.get(name)!r}. Use another "
+                             "--out.")
+
+    def cut_for_time(r):
+        return r["status"] == "skipped" and "budget" in (r.get("reason") or "")
+
+    before = {key(r): r for r in old["rows"]}
+    rows = [before.get(key(r), r) if cut_for_time(r) else r for r in new["rows"]]
+    fresh = {key(r) for r in rows}
+    started = new.get("started")
+    runs = [r for r in old.get("runs", [run_record(old)])
+            if started is None or r.get("started") != started]
+    return {**new, SOURCES_KEY: old.get(SOURCES_KEY),
+            "rows": [r for r in old["rows"] if key(r) not in fresh] + rows,
+            "runs": [*runs, run_record(new)]}
 
 
 def save(name: str, payload: dict[str, Any], *, measured: Iterable[str] = ()) -> Path:

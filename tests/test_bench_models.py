@@ -103,7 +103,7 @@ def test_flexattention_is_built_only_when_its_row_runs(monkeypatch):
 
 def _row(mode, provider, n, status="ok", ms=1.0):
     return {"mode": mode, "provider": provider, "n": n, "dtype": "float16", "status": status,
-            "ms": ms}
+            "ms": ms, "reason": "time budget" if status == "skipped" else None}
 
 
 def test_merge_finishes_a_recording_without_losing_measured_rows():

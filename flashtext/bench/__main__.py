@@ -152,31 +152,11 @@ def full_sweep(settings: core.Settings) -> bool:
 
 
 def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """New rows replace old rows of the same (provider, mode, dtype, d, causal, n)."""
-    for key in ("gpu", "torch", "triton"):
-        if old.get(key) != new.get(key):
-            raise SystemExit(f"--merge refused: the existing results have {key} = "
-                             f"{old.get(key)!r}, this run {new.get(key)!r}. Use another --out.")
-
-    def key(r):
-        return (r["provider"], r["mode"], r["dtype"], r["d"], r["causal"], r["n"])
-
-    def budget_skip(r):
-        return r["status"] == "skipped" and "budget" in (r.get("reason") or "")
-
-    old_rows = {key(r): r for r in old["rows"]}
-    # a row this run did not get to (time budget) never replaces one measured before
-    new_rows = [old_rows.get(key(r), r) if budget_skip(r) else r for r in new["rows"]]
-    fresh = {key(r) for r in new_rows}
-    merged = dict(new)
-    # what the old rows were measured from: recorded.save keeps it, or marks the file "mixed"
-    merged[recorded.SOURCES_KEY] = old.get(recorded.SOURCES_KEY)
-    merged["rows"] = [r for r in old["rows"] if key(r) not in fresh] + new_rows
-    # one record per run; a run's own earlier checkpoints are replaced, not repeated
-    runs = [r for r in old.get("runs", [_run_record(old)])
-            if r.get("started") != new.get("started")]
-    merged["runs"] = runs + [_run_record(new)]
-    return merged
+    """New rows replace old rows of the same (provider, mode, dtype, d, causal, n)
+    (:func:`flashtext.recorded.merge_runs`)."""
+    return recorded.merge_runs(
+        old, new, lambda r: (r["provider"], r["mode"], r["dtype"], r["d"], r["causal"], r["n"]),
+        _run_record)
 
 
 def _run_record(payload: dict[str, Any]) -> dict[str, Any]:

@@ -441,25 +441,11 @@ ROW_KEY = ("mode", "pass", "provider", "cache", "block_size", "batch", "heads", 
 
 
 def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """A recording finished in several runs: ``new``'s rows replace ``old``'s rows of the same
-    configuration, except rows this run skipped for time, which never replace a measured one.
-    Both must come from the same GPU and versions; the kernel sources measured stay on
-    record (:func:`flashtext.recorded.save` marks the file "mixed" if they differ)."""
-    for key in ("gpu", "torch", "triton"):
-        if old.get(key) != new.get(key):
-            raise SystemExit(f"--merge refused: the existing recording has {key} = "
-                             f"{old.get(key)!r}, this run {new.get(key)!r}. Use another --out.")
-
-    def key(r):
-        return tuple(r.get(k) for k in ROW_KEY)
-
-    before = {key(r): r for r in old["rows"]}
-    rows = [before.get(key(r), r) if r["status"] == "skipped" else r for r in new["rows"]]
-    fresh = {key(r) for r in rows}
-    merged = {**new, recorded.SOURCES_KEY: old.get(recorded.SOURCES_KEY)}
-    merged["rows"] = [r for r in old["rows"] if key(r) not in fresh] + rows
+    """A recording finished in several runs (:func:`flashtext.recorded.merge_runs`), rows
+    matched by :data:`ROW_KEY`; the per-mode accounting of both runs is kept."""
+    merged = recorded.merge_runs(old, new, lambda r: tuple(r.get(k) for k in ROW_KEY),
+                                 _run_record)
     merged["modes"] = {**(old.get("modes") or {}), **(new.get("modes") or {})}
-    merged["runs"] = [*old.get("runs", [_run_record(old)]), _run_record(new)]
     return merged
 
 
@@ -473,13 +459,10 @@ def _save(name: str, payload: dict[str, Any], do_merge: bool, measured: tuple[st
     if do_merge and recorded.path(name).exists():
         import json
 
-        import triton
+        from flashtext.bench.report import stamp
 
-        stamp = {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-                 "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-                 "triton": triton.__version__}
-        payload = merge(json.loads(recorded.path(name).read_text()), {**stamp, **payload})
-        payload = {k: v for k, v in payload.items() if k not in stamp}
+        payload = merge(json.loads(recorded.path(name).read_text()), stamp(payload))
+        payload = {k: v for k, v in payload.items() if k not in recorded.REQUIRED_KEYS}
     return recorded.save(name, payload, measured=measured)
 
 
