@@ -7,13 +7,15 @@
 
 Our kernels are compiled exactly as ``flash_attention`` dispatches them: the script runs the
 public API (forward and backward) and captures every launch at the launcher
-(:func:`dispatched_launches`), so the tiles, warps and stages come from
+(:func:`dispatched_launches`), and every launch of the Gluon forward, so the choice of forward
+kernel comes from ``flashtext.kernels.dispatch``, the tiles, warps and stages from
 ``flashtext.kernels.config.launch_config`` and the load path (tensor descriptors or pointers)
 from ``flashtext.kernels.descriptors.tile_sources``, whatever those are when it runs.
 
 ``--sm90-preview`` runs anywhere Triton's bundled ptxas does (a CPU machine included): it
 compiles those same launches, and the probes, for an sm_90 target without running them, and
-prints the same counts (PTX, and SASS from the bundled cuobjdump) as JSON. Chapter 13 runs it
+prints the same counts (PTX, and SASS from the bundled cuobjdump) as JSON; ``--forward-kernel
+triton`` previews the Triton forward where sm_90 would run the Gluon one. Chapter 13 runs it
 live next to the recorded H200 results.
 
 Chapters 13 and 14 show the result on machines without a GPU. What it records:
@@ -244,15 +246,31 @@ class Captured:
         return [a(config) if isinstance(a, PerConfig) else a for a in self.args]
 
 
+class GluonCaptured:
+    """One launch of the Gluon forward (:mod:`flashtext.kernels.gluon_forward`), which
+    ``flash_attention`` runs on sm_90 where :mod:`flashtext.kernels.dispatch` picks it: its case
+    and, once launched, the kernel that ran."""
+
+    def __init__(self, dtype, head_dim: int, causal: bool, window, kernel=None):
+        self.dtype, self.head_dim, self.causal, self.window = dtype, head_dim, causal, window
+        self.kernel = kernel
+
+
 @contextlib.contextmanager
 def captured_launches(run: bool):
-    """Record every ``flashtext.kernels.launcher.launch`` made inside the block; with
-    ``run=False`` nothing is launched (to compile for a GPU this machine does not have)."""
+    """Record every ``flashtext.kernels.launcher.launch`` and every launch of the Gluon forward
+    made inside the block; with ``run=False`` nothing is launched (to compile for a GPU this
+    machine does not have), and the dispatch is the sm_90 one: the Gluon forward takes the
+    cases its rule gives it (for the contiguous, aligned inputs made here, the only other
+    condition, a layout the copy engine can address, holds)."""
     import flashtext.kernels  # noqa: F401  (loads every kernel module)
-    from flashtext.kernels import launcher
+    import torch
 
-    seen: list[Captured] = []
+    from flashtext.kernels import gluon_forward, launcher
+
+    seen: list = []
     real = launcher.launch
+    real_gluon = gluon_forward.launch
 
     def capture(kernel_fn, grid_fn, config, *args, **constexprs):
         seen.append(Captured(kernel_fn, grid_fn, config, list(args), dict(constexprs)))
@@ -260,20 +278,32 @@ def captured_launches(run: bool):
             seen[-1].config = real(kernel_fn, grid_fn, config, *args, **constexprs)
         return seen[-1].config
 
+    def capture_gluon(q, k, v, causal, sm_scale, window=(-1, -1), **switches):
+        seen.append(GluonCaptured(q.dtype, q.shape[-1], causal, tuple(window)))
+        if run:
+            o, lse, seen[-1].kernel = real_gluon(q, k, v, causal, sm_scale, window, **switches)
+            return o, lse, seen[-1].kernel
+        return (torch.empty(q.shape, dtype=q.dtype),
+                torch.zeros(q.shape[:-1], dtype=torch.float32), None)
+
     users = [m for name, m in sys.modules.items() if name.startswith("flashtext.kernels")
              and getattr(m, "launch", None) is real]
     with contextlib.ExitStack() as stack:
         for module in users:
             stack.enter_context(mock.patch.object(module, "launch", capture))
+        stack.enter_context(mock.patch.object(gluon_forward, "launch", capture_gluon))
+        if not run:
+            stack.enter_context(mock.patch.object(
+                gluon_forward, "gluon_supported", lambda *args: gluon_forward.HAVE_GLUON))
         yield seen
 
 
 def dispatched_launches(dtype: str, d: int, causal: bool, n: int, device: str, run: bool,
-                        seed: int = 0):
+                        seed: int = 0, forward_kernel: str = "auto"):
     """Run ``flash_attention`` forward and backward on (2, 4, n, d) inputs and return its
     launches (and the output, when ``run``). Without ``run`` the inputs may live on the CPU:
-    the API's device check is then told the kernels are interpreted (only it: the launch table
-    and the load path are the GPU's)."""
+    the API's device check is then told the kernels are interpreted (only it: the launch table,
+    the load path and the choice of forward kernel are an sm_90 GPU's)."""
     import torch
 
     from flashtext.kernels import api
@@ -286,7 +316,7 @@ def dispatched_launches(dtype: str, d: int, causal: bool, n: int, device: str, r
             stack.enter_context(mock.patch.object(api, "_boot", SimpleNamespace(
                 INTERPRETING=True)))
         seen = stack.enter_context(captured_launches(run))
-        out = api.flash_attention(q, k, v, causal=causal)
+        out = api.flash_attention(q, k, v, causal=causal, forward_kernel=forward_kernel)
         out.backward(torch.ones_like(out))
     return seen, (q, k, v, out)
 
@@ -325,13 +355,35 @@ def compiled_on_gpu(c: Captured, config):
                               num_warps=config.num_warps, num_stages=config.num_stages)
 
 
-def describe_launch(c: Captured, compile_fn, with_sass: bool) -> dict:
+def describe_gluon(c: GluonCaptured, with_sass: bool) -> dict:
+    """What one launch of the Gluon forward ran (compiled here for sm_90 if it was not
+    launched), in the shape of :func:`describe_launch`'s rows."""
+    from flashtext.kernels import gluon_forward as gf
+
+    kernel = c.kernel or gf.compile_sm90(c.head_dim, c.dtype, c.causal, c.window)
+    constants = gf.kernel_constants(c.head_dim, c.causal, c.window)
+    meta = kernel.metadata
+    meta = meta._asdict() if hasattr(meta, "_asdict") else dict(vars(meta))
+    row = describe(kernel.name, kernel.asm["ptx"],
+                   kernel.asm.get("cubin") if with_sass else None, meta)
+    # num_warps counts every partition's: the producer's 4 and the two consumers' 4 each
+    warps = meta.get("num_warps")
+    return {**row, "gluon": True, "use_tma": True,
+            "descriptor_args": ["q_desc", "k_desc", "v_desc", "o_desc"],
+            "config": {"BLOCK_M": gf.BLOCK_M, "BLOCK_N": constants["BLOCK_N"],
+                       "STAGES": constants["STAGES"], "num_warps": warps}}
+
+
+def describe_launch(c: Captured | GluonCaptured, compile_fn, with_sass: bool) -> dict:
     """What one launch ran: kernel, configuration, which arguments were tensor descriptors, and
     the instruction counts of its compiled code. Without a GPU a configuration that needs more
     shared memory than sm_90 has steps down as ``launcher.launch`` does on the H200."""
     from dataclasses import asdict
 
     from flashtext.kernels.descriptors import TensorDescriptor
+
+    if isinstance(c, GluonCaptured):
+        return describe_gluon(c, with_sass)
 
     config = c.config
     kernel = compile_fn(c, config)
@@ -448,13 +500,16 @@ def splitkv(quick: bool, cache_dir: Path, seen: set[str]) -> dict:
     return result
 
 
-def sm90_preview(case: tuple = PREVIEW_CASE) -> dict:
-    """Compile (never launch) what ``flash_attention`` launches for :data:`PREVIEW_CASE`
-    (forward and backward), and the three probes, for sm_90; count PTX and SASS instructions."""
+def sm90_preview(case: tuple = PREVIEW_CASE, forward_kernel: str = "auto") -> dict:
+    """Compile (never launch) what ``flash_attention(..., forward_kernel=forward_kernel)``
+    launches on sm_90 for :data:`PREVIEW_CASE` (forward and backward), and the three probes,
+    for sm_90; count PTX and SASS instructions."""
     dtype, d, causal, n = case
-    seen, _ = dispatched_launches(dtype, d, causal, n, "cpu", run=False)
+    seen, _ = dispatched_launches(dtype, d, causal, n, "cpu", run=False,
+                                  forward_kernel=forward_kernel)
     out = {"triton": triton.__version__, "target": "sm_90", "probes": [],
            "library": {"dtype": dtype, "d": d, "causal": causal, "n": n,
+                       "forward_kernel": forward_kernel,
                        "kernels": [describe_launch(c, compile_sm90, True) for c in seen]}}
     import torch
 
@@ -486,9 +541,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=PREVIEW_CASE[3],
                         help=f"--sm90-preview: sequence length (default {PREVIEW_CASE[3]})")
     parser.add_argument("--full", action="store_true", help="--sm90-preview: no causal mask")
+    parser.add_argument("--forward-kernel", default="auto", choices=("auto", "triton", "gluon"),
+                        help="--sm90-preview: flash_attention's forward_kernel (default auto: "
+                             "the one it runs on sm_90)")
     args = parser.parse_args()
     if args.sm90_preview:
-        print(json.dumps(sm90_preview((PREVIEW_CASE[0], args.d, not args.full, args.n))))
+        print(json.dumps(sm90_preview((PREVIEW_CASE[0], args.d, not args.full, args.n),
+                                      args.forward_kernel)))
         return
 
     import torch

@@ -306,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nCUDA CONTEXT LOST: {payload['cuda_lost']}\nRerun that provider alone with "
               "CUDA_LAUNCH_BLOCKING=1 to find the faulting launch.")
     print(f"\nelapsed {payload['elapsed_s']:.0f} s")
-    wrong = [r for r in res.rows if r["provider"] == "ours" and r.get("correct") is False]
+    wrong = [r for r in res.rows if r["provider"] in ("ours", "triton", "gluon")
+             and r.get("correct") is False]
     return 1 if wrong else 0
 
 

@@ -35,13 +35,17 @@ class Provider:
     skip: Callable[[Config, Settings, bool], str | None] = lambda cfg, s, gpu: None
 
 
-def _prepare_ours(cfg: Config, device: str, s: Settings) -> Prepared:
-    from flashtext.kernels import flash_attention  # lazily: the kernel may be under repair
+def _prepare_flashtext(forward_kernel: str) -> Callable[[Config, str, Settings], Prepared]:
+    def prepare(cfg: Config, device: str, s: Settings) -> Prepared:
+        from flashtext.kernels import flash_attention  # lazily: the kernel may be under repair
 
-    def attn(q, k, v):
-        return flash_attention(q, k, v, causal=cfg.causal, sm_scale=cfg.scale)
+        def attn(q, k, v):
+            return flash_attention(q, k, v, causal=cfg.causal, sm_scale=cfg.scale,
+                                   forward_kernel=forward_kernel)
 
-    return Prepared(attn)
+        return Prepared(attn)
+
+    return prepare
 
 
 def _sdpa(backend_name: str) -> Callable[[Config, str, Settings], Prepared]:
@@ -124,9 +128,27 @@ def _skip_ours(cfg: Config, s: Settings, gpu: bool) -> str | None:
     return None
 
 
+def _skip_gluon(cfg: Config, s: Settings, gpu: bool) -> str | None:
+    from flashtext.kernels import gluon_forward
+
+    if not gpu or not gluon_forward.HAVE_GLUON or torch.cuda.get_device_capability() != (9, 0):
+        return "the Gluon forward runs only on an sm_90 GPU with a Triton that has Gluon"
+    if cfg.dtype not in ("float16", "bfloat16") or cfg.d not in gluon_forward.HEAD_DIMS:
+        return (f"the Gluon forward runs float16/bfloat16 at head_dim {gluon_forward.HEAD_DIMS}, "
+                f"not {cfg.dtype} at {cfg.d}")
+    return None
+
+
 PROVIDERS: dict[str, Provider] = {p.name: p for p in (
-    Provider("ours", "flashtext (ours)", "flashtext.kernels.flash_attention (this book's "
-             "Triton FlashAttention-2 kernels)", _prepare_ours, _skip_ours),
+    Provider("ours", "flashtext (ours)", "flashtext.kernels.flash_attention as it runs by "
+             "default (the Gluon FA3-style forward where it is faster on sm_90, else the Triton "
+             "FA2 forward; Triton backward)", _prepare_flashtext("auto"), _skip_ours),
+    Provider("triton", "flashtext Triton", "flashtext.kernels.flash_attention with "
+             "forward_kernel='triton' (this book's Triton FlashAttention-2 kernels alone)",
+             _prepare_flashtext("triton"), _skip_ours),
+    Provider("gluon", "flashtext Gluon", "flashtext.kernels.flash_attention with "
+             "forward_kernel='gluon' (the Gluon FA3-style forward wherever it runs; Triton "
+             "backward)", _prepare_flashtext("gluon"), _skip_gluon),
     Provider("cudnn", "SDPA cuDNN", "torch SDPA, CUDNN_ATTENTION backend",
              _sdpa("CUDNN_ATTENTION")),
     Provider("flash", "SDPA flash (FA2)", "torch SDPA, FLASH_ATTENTION backend "

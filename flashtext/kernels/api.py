@@ -28,6 +28,10 @@ What they accept (anything else raises ``ValueError`` naming the argument and wh
 * On a GPU, batch * heads <= 65535 (CUDA's limit on the grid's second axis).
 * Differentiable once: a double backward (``create_graph=True``) raises instead of dropping the
   second-order term.
+* ``forward_kernel`` (dense calls): "auto" runs the Gluon FA3-style forward on an sm_90 GPU
+  where it is the faster one (:mod:`flashtext.kernels.dispatch` says where) and the Triton
+  forward everywhere else; "triton" or "gluon" asks for one ("gluon" raises on inputs it does
+  not support). The backward kernels are Triton's either way.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ import torch
 from flashtext import _boot
 from flashtext.kernels.backward import backward, backward_varlen
 from flashtext.kernels.config import MAX_HEAD_DIM
-from flashtext.kernels.forward import forward, forward_varlen
+from flashtext.kernels.dispatch import check_forward_kernel, forward
+from flashtext.kernels.forward import forward_varlen
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y, where the kernels put batch * heads
@@ -177,8 +182,8 @@ class _FlashAttention(torch.autograd.Function):
     """Autograd wrapper: the forward saves O and lse (not P); the backward recomputes P."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal: bool, sm_scale: float, window: Window):
-        o, lse = forward(q, k, v, causal, sm_scale, window=window)
+    def forward(ctx, q, k, v, causal: bool, sm_scale: float, window: Window, kernel: str):
+        o, lse = forward(q, k, v, causal, sm_scale, window, kernel)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.args = (causal, sm_scale, window)
         return o
@@ -189,26 +194,29 @@ class _FlashAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         causal, sm_scale, window = ctx.args
         dq, dk, dv = backward(do.to(q.dtype), q, k, v, o, lse, causal, sm_scale, window=window)
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    sm_scale: float | None = None, window_size: Window = (-1, -1),
-                    ) -> torch.Tensor:
-    """Exact attention ``softmax(sm_scale * q k^T [+ mask]) v`` with FlashAttention-2 kernels;
+                    sm_scale: float | None = None, window_size: Window = (-1, -1), *,
+                    forward_kernel: str = "auto") -> torch.Tensor:
+    """Exact attention ``softmax(sm_scale * q k^T [+ mask]) v`` with FlashAttention kernels
+    (FA3-style Gluon forward on sm_90 where it is faster, FA2 Triton kernels otherwise);
     differentiable with respect to q, k and v. See the module docstring for what it accepts."""
     scale, window = _validate(q, k, v, causal, sm_scale, window_size)
-    return _FlashAttention.apply(q, k, v, causal, scale, window)
+    kernel = check_forward_kernel(forward_kernel)
+    return _FlashAttention.apply(q, k, v, causal, scale, window, kernel)
 
 
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                      sm_scale: float | None = None, window_size: Window = (-1, -1),
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+                      sm_scale: float | None = None, window_size: Window = (-1, -1), *,
+                      forward_kernel: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """The forward kernel alone: returns (O, lse), lse of shape (batch, heads, N_q), float32,
     natural log (``-inf`` for a query that sees no key). No autograd graph is recorded."""
     scale, window = _validate(q, k, v, causal, sm_scale, window_size)
+    kernel = check_forward_kernel(forward_kernel)
     with torch.no_grad():
-        return forward(q, k, v, causal, scale, window=window)
+        return forward(q, k, v, causal, scale, window, kernel)
 
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

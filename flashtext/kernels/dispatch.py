@@ -1,0 +1,101 @@
+"""Which forward kernel runs a dense call: the Gluon FA3-style kernel or the Triton FA2 one.
+
+On an sm_90 GPU the Gluon kernel (:mod:`flashtext.kernels.gluon_forward`, chapter 13) runs the
+forward where it was measured faster than the Triton kernel (:mod:`flashtext.kernels.forward`,
+chapter 10); everywhere else (other GPUs, the CPU interpreter, float32, packed sequences,
+layouts the copy engine cannot address) the Triton kernel runs. Both return the same O and lse,
+so the backward kernels do not care which one ran.
+
+The rule, from side-by-side H200 runs (``BENCHMARKS.md``, v5):
+
+* d = 64 stays on Triton: there the Gluon kernel is level with it at best.
+* d = 128 and 256 go to Gluon, except a masked d = 128 call (causal or a window) whose queries
+  each see fewer than :data:`GLUON_MIN_MASKED_KEYS` keys: a query block then has only a few key
+  tiles to pipeline, and the Triton kernel (with its 64 x 64 tiles for short causal passes) was
+  measured level with the Gluon one or faster.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from flashtext.kernels import gluon_forward
+from flashtext.kernels.forward import forward as triton_forward
+
+FORWARD_KERNELS = ("auto", "triton", "gluon")
+GLUON_HEAD_DIMS = (128, 256)  # at d = 64 the Triton forward is as fast
+GLUON_MIN_MASKED_KEYS = 2048  # a masked d = 128 call whose queries see fewer keys: Triton
+Window = tuple[int, int]
+
+
+def widest_key_span(n_q: int, n_k: int, causal: bool, window: Window = (-1, -1)) -> int:
+    """The most keys any one query sees. Query i sees keys [i + off - left, i + off + right]
+    within [0, N_k) (off = N_k - N_q; causal caps right at 0): a count that rises, stays and
+    falls with i, so its largest value is at an end of the rows or where a clip starts."""
+    left, right = window
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    off = n_k - n_q
+
+    def seen(i: int) -> int:
+        lo = 0 if left < 0 else max(0, i + off - left)
+        hi = n_k - 1 if right < 0 else min(n_k - 1, i + off + right)
+        return max(0, hi - lo + 1)
+
+    if n_q == 0:
+        return 0
+    rows = {0, n_q - 1, left - off, n_k - 1 - off - right}
+    return max(seen(min(max(i, 0), n_q - 1)) for i in rows)
+
+
+def prefers_gluon(head_dim: int, n_q: int, n_k: int, causal: bool,
+                  window: Window = (-1, -1)) -> bool:
+    """The rule alone, by shape: is the Gluon forward the faster one on sm_90 here?"""
+    if head_dim not in GLUON_HEAD_DIMS:
+        return False
+    masked = causal or tuple(window) != (-1, -1)
+    return not (masked and head_dim == 128
+                and widest_key_span(n_q, n_k, causal, window) < GLUON_MIN_MASKED_KEYS)
+
+
+def choose_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                   window: Window = (-1, -1)) -> str:
+    """"gluon" or "triton": the forward kernel ``flash_attention`` runs for these inputs (Gluon
+    where it can run them, :func:`~flashtext.kernels.gluon_forward.gluon_supported`, and is the
+    faster one, :func:`prefers_gluon`)."""
+    if gluon_forward.gluon_supported(q, k, v, causal, window) and \
+            prefers_gluon(q.shape[-1], q.shape[2], k.shape[2], causal, window):
+        return "gluon"
+    return "triton"
+
+
+def check_forward_kernel(forward_kernel) -> str:
+    """``forward_kernel`` as one of :data:`FORWARD_KERNELS`, or a ValueError naming it."""
+    if forward_kernel not in FORWARD_KERNELS:
+        raise ValueError(f"forward_kernel must be one of {FORWARD_KERNELS} ('auto': the faster "
+                         f"one these inputs support), got {forward_kernel!r}")
+    return forward_kernel
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
+            window: Window = (-1, -1), forward_kernel: str = "auto",
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, lse) from the kernel :func:`choose_forward` picks, or the one ``forward_kernel``
+    names ("gluon" raises a ValueError on inputs it does not support)."""
+    kernel = choose_forward(q, k, v, causal, window) if forward_kernel == "auto" \
+        else forward_kernel
+    if kernel == "gluon" and not gluon_forward.gluon_supported(q, k, v, causal, window):
+        raise ValueError("forward_kernel='gluon' needs inputs the Gluon forward runs: CUDA "
+                         "tensors on an sm_90 GPU with a Triton that has Gluon, float16 or "
+                         f"bfloat16, head_dim in {gluon_forward.HEAD_DIMS}, N_q and N_k >= 1, "
+                         "a unit last stride and 16-byte aligned strides; got "
+                         f"{q.dtype} {tuple(q.shape)} on {q.device}. Use 'auto' or 'triton'")
+    if kernel == "gluon":
+        o, lse, _ = gluon_forward.launch(q, k, v, causal, sm_scale, window)
+        return o, lse
+    return triton_forward(q, k, v, causal, sm_scale, window=window)
+
+
+__all__ = ["FORWARD_KERNELS", "GLUON_HEAD_DIMS", "GLUON_MIN_MASKED_KEYS",
+           "check_forward_kernel", "choose_forward", "forward", "prefers_gluon",
+           "widest_key_span"]

@@ -1,0 +1,159 @@
+"""Which forward kernel flash_attention runs (flashtext.kernels.dispatch).
+
+On the CPU: the rule by shape, the widest key span against the mask itself, the routing (with
+the Gluon kernel's support check and launch stood in for), and the errors. On an sm_90 GPU: the
+default really launches the Gluon forward where the rule says so, and its O, lse and the
+gradients through it hold the accuracy rule against float64.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from flashtext import reference
+from flashtext.kernels import attention_backward, attention_forward, dispatch, flash_attention
+from flashtext.kernels import gluon_forward as gf
+from flashtext.kernels.accuracy import compare
+from tests.kernel_helpers import DEVICE, ON_GPU
+
+SM90 = ON_GPU and torch.cuda.get_device_capability() == (9, 0) and gf.HAVE_GLUON
+sm90 = pytest.mark.skipif(not SM90, reason="needs an sm_90 (Hopper) GPU and Triton with Gluon")
+
+
+def _brute_span(n_q, n_k, causal, window):
+    left, right = window
+    keep = reference.window_mask(n_q, n_k, (left, 0 if causal else right)) if (
+        causal or window != (-1, -1)) else np.ones((n_q, n_k), bool)
+    return int(keep.sum(axis=1).max(initial=0))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [(-1, -1), (0, 0), (5, 0), (0, 7), (9, 3), (-1, 4), (6, -1),
+                                    (40, 40)])
+def test_widest_key_span_is_the_most_keys_any_query_sees(causal, window):
+    for n_q, n_k in itertools.product([0, 1, 7, 16, 33], [0, 1, 9, 16, 40]):
+        got = dispatch.widest_key_span(n_q, n_k, causal, window)
+        assert got == _brute_span(n_q, n_k, causal, window), (n_q, n_k, causal, window)
+
+
+def test_the_rule_by_shape():
+    at = dispatch.GLUON_MIN_MASKED_KEYS
+    assert at == 2048
+    for n in (1, 100, 1024, 4096, 65536):
+        assert not dispatch.prefers_gluon(64, n, n, False)  # d = 64: Triton is as fast
+        assert not dispatch.prefers_gluon(64, n, n, True)
+        assert dispatch.prefers_gluon(128, n, n, False)  # unmasked d = 128: Gluon at every N
+        assert dispatch.prefers_gluon(256, n, n, True)  # d = 256: Gluon, masked or not
+        assert not dispatch.prefers_gluon(96, n, n, False)  # padded head dims: Triton only
+    # masked d = 128: Gluon from the first length at which a query sees `at` keys
+    assert not dispatch.prefers_gluon(128, at - 1, at - 1, True)
+    assert dispatch.prefers_gluon(128, at, at, True)
+    assert dispatch.prefers_gluon(128, 1, at, True)  # one query, at the end, sees all keys
+    assert not dispatch.prefers_gluon(128, 65536, 65536, True, (at - 2, 0))  # window of at - 1
+    assert dispatch.prefers_gluon(128, 65536, 65536, True, (at - 1, 0))
+    assert not dispatch.prefers_gluon(128, 65536, 65536, False, (1000, 1000))
+    assert dispatch.prefers_gluon(128, 65536, 65536, False, (1024, 1023))
+
+
+def test_cpu_and_float32_inputs_run_the_triton_forward():
+    q = torch.randn(1, 2, 64, 128)
+    assert dispatch.choose_forward(q, q, q, False) == "triton"  # not on an sm_90 GPU
+    if SM90:
+        g = q.cuda()
+        assert dispatch.choose_forward(g, g, g, False) == "triton"  # float32
+        h = g.half()
+        assert dispatch.choose_forward(h, h, h, False) == "gluon"
+        assert dispatch.choose_forward(h[..., :96], h[..., :96], h[..., :96], False) == "triton"
+
+
+def test_auto_follows_the_rule_where_gluon_could_run(monkeypatch):
+    """Routing: with the Gluon kernel's support check and launch stood in for, "auto" sends
+    exactly the cases the rule names to it, and "triton" never does."""
+    calls = []
+
+    def fake_launch(q, k, v, causal, sm_scale, window=(-1, -1)):
+        calls.append((q.shape[-1], q.shape[2], causal, tuple(window)))
+        return torch.full(q.shape, 7.0), torch.zeros(q.shape[:-1]), None
+
+    monkeypatch.setattr(gf, "gluon_supported", lambda *args: True)
+    monkeypatch.setattr(gf, "launch", fake_launch)
+    for d, n, causal, window in [(128, 64, False, (-1, -1)), (128, 64, True, (-1, -1)),
+                                 (64, 64, False, (-1, -1)), (128, 64, False, (8, 8)),
+                                 (128, 2048, True, (-1, -1))]:
+        calls.clear()
+        q = torch.randn(1, 1, n, d)
+        o, _ = attention_forward(q, q, q, causal=causal, window_size=window)
+        wanted = dispatch.prefers_gluon(d, n, n, causal, window)
+        assert calls == ([(d, n, causal, window)] if wanted else []), (d, n, causal, window)
+        assert bool((o == 7.0).all()) == wanted
+        calls.clear()
+        attention_forward(q, q, q, causal=causal, window_size=window, forward_kernel="triton")
+        assert calls == []
+
+
+def test_forward_kernel_is_checked():
+    q = torch.randn(1, 1, 8, 16)
+    for bad in ("cuda", "Gluon", None, 1):
+        with pytest.raises(ValueError, match="forward_kernel must be one of"):
+            flash_attention(q, q, q, forward_kernel=bad)
+        with pytest.raises(ValueError, match="forward_kernel must be one of"):
+            attention_forward(q, q, q, forward_kernel=bad)
+    if not SM90:
+        with pytest.raises(ValueError, match="forward_kernel='gluon' needs"):
+            attention_forward(q.to(DEVICE), q.to(DEVICE), q.to(DEVICE), forward_kernel="gluon")
+
+
+def test_triton_and_auto_are_the_same_code_off_sm90():
+    if SM90:
+        pytest.skip("on sm_90 'auto' may run the Gluon forward: compared below")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 50, 32, generator=g).to(DEVICE) for _ in range(3))
+    a = attention_forward(q, k, v, causal=True)
+    b = attention_forward(q, k, v, causal=True, forward_kernel="triton")
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+@sm90
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d, n, causal, window, h_kv", [
+    (128, 333, False, (-1, -1), 4), (128, 2100, True, (-1, -1), 2),
+    (256, 200, True, (-1, -1), 4), (128, 3000, False, (2100, 0), 1)])
+def test_default_runs_gluon_where_the_rule_says_and_is_accurate(monkeypatch, dtype, d, n,
+                                                                causal, window, h_kv):
+    assert dispatch.prefers_gluon(d, n, n, causal, window)
+    ran = []
+    real = gf.launch
+
+    def spy(*args, **kwargs):
+        ran.append("gluon")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gf, "launch", spy)
+    g = torch.Generator().manual_seed(d + n)
+    q = torch.randn(1, 4, n, d, generator=g).to("cuda", dtype)
+    k, v = (torch.randn(1, h_kv, n, d, generator=g).to("cuda", dtype) for _ in range(2))
+    do = torch.randn(1, 4, n, d, generator=g).to("cuda", dtype)
+    errors = compare(q, k, v, do, causal=causal, window=window)  # O, lse, dq, dk, dv
+    assert ran == ["gluon"]
+    assert not errors.failures(), errors.failures()
+    # the autograd path too: the Triton backward on the Gluon forward's O and lse, the same
+    # kernels as attention_backward on attention_forward's outputs
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    flash_attention(*leaves, causal=causal, window_size=window).backward(do)
+    assert ran == ["gluon", "gluon"]
+    o, lse = attention_forward(q, k, v, causal=causal, window_size=window)
+    want = attention_backward(do, q, k, v, o, lse, causal=causal, window_size=window)
+    u = 2.0**-11 if dtype == torch.float16 else 2.0**-8
+    for name, leaf, w in zip("qkv", leaves, want, strict=True):
+        tol = 2 * u * float(w.abs().max())
+        assert float((leaf.grad - w).abs().max()) <= tol, f"d{name}"
+
+
+@sm90
+def test_short_masked_d128_runs_triton(monkeypatch):
+    monkeypatch.setattr(gf, "launch", lambda *a, **k: pytest.fail("Gluon ran"))
+    q = torch.randn(1, 2, 1024, 128, device="cuda", dtype=torch.float16)
+    o = flash_attention(q, q, q, causal=True)
+    assert o.shape == q.shape and torch.isfinite(o).all()
