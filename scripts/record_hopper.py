@@ -263,9 +263,9 @@ def captured_launches(run: bool):
     machine does not have), and the dispatch is the sm_90 one: the Gluon forward takes the
     cases its rule gives it (for the contiguous, aligned inputs made here, the only other
     condition, a layout the copy engine can address, holds)."""
-    import flashtext.kernels  # noqa: F401  (loads every kernel module)
     import torch
 
+    import flashtext.kernels  # noqa: F401  (loads every kernel module)
     from flashtext.kernels import gluon_forward, launcher
 
     seen: list = []
