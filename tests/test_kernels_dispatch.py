@@ -75,15 +75,16 @@ def test_auto_follows_the_rule_where_gluon_could_run(monkeypatch):
 
     def fake_launch(q, k, v, causal, sm_scale, window=(-1, -1)):
         calls.append((q.shape[-1], q.shape[2], causal, tuple(window)))
-        return torch.full(q.shape, 7.0), torch.zeros(q.shape[:-1]), None
+        return (torch.full(q.shape, 7.0, device=q.device),
+                torch.zeros(q.shape[:-1], device=q.device), None)
 
     monkeypatch.setattr(gf, "gluon_supported", lambda *args: True)
     monkeypatch.setattr(gf, "launch", fake_launch)
     for d, n, causal, window in [(128, 64, False, (-1, -1)), (128, 64, True, (-1, -1)),
                                  (64, 64, False, (-1, -1)), (128, 64, False, (8, 8)),
-                                 (128, 2048, True, (-1, -1))]:
+                                 (256, 64, True, (-1, -1))]:
         calls.clear()
-        q = torch.randn(1, 1, n, d)
+        q = torch.randn(1, 1, n, d).to(DEVICE)
         o, _ = attention_forward(q, q, q, causal=causal, window_size=window)
         wanted = dispatch.prefers_gluon(d, n, n, causal, window)
         assert calls == ([(d, n, causal, window)] if wanted else []), (d, n, causal, window)
@@ -94,7 +95,7 @@ def test_auto_follows_the_rule_where_gluon_could_run(monkeypatch):
 
 
 def test_forward_kernel_is_checked():
-    q = torch.randn(1, 1, 8, 16)
+    q = torch.randn(1, 1, 8, 16).to(DEVICE)
     for bad in ("cuda", "Gluon", None, 1):
         with pytest.raises(ValueError, match="forward_kernel must be one of"):
             flash_attention(q, q, q, forward_kernel=bad)
@@ -102,7 +103,7 @@ def test_forward_kernel_is_checked():
             attention_forward(q, q, q, forward_kernel=bad)
     if not SM90:
         with pytest.raises(ValueError, match="forward_kernel='gluon' needs"):
-            attention_forward(q.to(DEVICE), q.to(DEVICE), q.to(DEVICE), forward_kernel="gluon")
+            attention_forward(q, q, q, forward_kernel="gluon")
 
 
 def test_triton_and_auto_are_the_same_code_off_sm90():

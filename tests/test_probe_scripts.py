@@ -391,7 +391,11 @@ def test_record_hopper_previews_the_forward_for_sm90_without_a_gpu():
     assert out.returncode == 0, out.stderr[-2000:]
     preview = json.loads(out.stdout.strip().splitlines()[-1])
     kernels = {k["name"]: k for k in preview["library"]["kernels"]}
-    fwd = kernels["_attn_fwd"]  # what flash_attention launches, compiled for sm_90
+    # what flash_attention launches on sm_90 for this case (fp16, d = 128, causal, N = 4096):
+    # the Gluon forward, with its producer's and consumers' register budgets, and Triton's
+    # backward kernels
+    fwd = kernels["_attn_fwd_ws"]
+    assert fwd["gluon"] and fwd["sass"]["USETMAXREG"] > 0 and fwd["sass"]["UTMALDG"] > 0
     assert fwd["ptx"]["wgmma"] > 0 and fwd["ptx"]["mma_sync"] == 0
     assert {"_attn_bwd_dkdv", "_attn_bwd_dq"} <= set(kernels)
     assert len(preview["probes"]) == 3

@@ -256,3 +256,31 @@ def test_record_hopper_describes_each_launch_with_what_ran():
     assert fwd["descriptor_args"] == (["K", "V"] if seen[0].config.tma else [])
     assert fwd["ptx"]["wgmma"] == 1 and fwd["ptx"]["tma_load"] == 1 and fwd["sass"] is None
     assert fwd["wgmma_shapes"] == ["m64n64k16.f32.f16.f16"] and fwd["shared_bytes"] == 1024
+
+
+def test_record_hopper_captures_the_gluon_forward_where_sm90_runs_it():
+    """Without a GPU the capture takes sm_90's choice of forward kernel: the Gluon one for a
+    long d = 128 call, the Triton one for a short causal one; the backward is Triton's."""
+    from types import SimpleNamespace
+
+    from flashtext.kernels import dispatch
+
+    rh = _record_hopper()
+    backward = ["_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"]
+    for causal, n in ((False, 256), (True, 2048), (True, 1024)):
+        seen, _ = rh.dispatched_launches("float16", 128, causal, n, "cpu", run=False)
+        gluon = dispatch.prefers_gluon(128, n, n, causal)
+        assert isinstance(seen[0], rh.GluonCaptured) == gluon, (causal, n)
+        assert [c.kernel_fn.__name__ for c in seen[1:]] == backward
+    seen, _ = rh.dispatched_launches("float16", 128, False, 256, "cpu", run=False,
+                                     forward_kernel="triton")
+    assert [c.kernel_fn.__name__ for c in seen] == ["_attn_fwd", *backward]
+    seen, _ = rh.dispatched_launches("float16", 128, False, 256, "cpu", run=False)
+    seen[0].kernel = SimpleNamespace(
+        name="_attn_fwd_ws", asm={"ptx": "setmaxnreg.dec.sync.aligned.u32 24; "
+                                         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"},
+        metadata=SimpleNamespace(num_warps=12, num_stages=3, shared=4096))
+    row = rh.describe_launch(seen[0], None, with_sass=False)
+    assert row["name"] == "_attn_fwd_ws" and row["gluon"] and row["ptx"]["setmaxnreg"] == 1
+    assert row["config"] == {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 2, "num_warps": 12}
+    assert row["descriptor_args"] == ["q_desc", "k_desc", "v_desc", "o_desc"]
