@@ -492,6 +492,27 @@ def test_cli_merge_keeps_rows_a_budget_cut_off():
     assert [r["ms"] for r in cli.merge(old, redo)["rows"]] == [0.5]
 
 
+def test_cli_merge_describes_the_whole_sweep():
+    """A run that finishes one dtype's rows must not make the file forget the other dtype's
+    ceiling or the sweep's other lengths (a merged v5 lost fp16's matmul ceiling)."""
+    full = {"dtypes": ["float16", "bfloat16"], "ns": [512, 16384], "budget_s": 426.0}
+    old = {"gpu": "g", "torch": "t", "triton": "x", "started": "a", "rows": [],
+           "settings": full, "providers": {"ours": "o"},
+           "ceilings": {"matmul_flops": {"float16": 700e12, "bfloat16": 712e12}}}
+    new = {**old, "started": "b", "settings": {"dtypes": ["bfloat16"], "ns": [16384, 32768],
+                                               "budget_s": None, "rounds": 3},
+           "providers": {"ours": "o", "gluon": "g"},
+           "ceilings": {"matmul_flops": {"bfloat16": 811e12, "float32": 50e12}}}
+    merged = cli.merge(old, new)
+    assert merged["settings"] == {"dtypes": ["float16", "bfloat16"], "ns": [512, 16384, 32768],
+                                  "budget_s": 426.0, "rounds": 3}
+    assert merged["ceilings"]["matmul_flops"] == {"float16": 700e12, "bfloat16": 712e12,
+                                                  "float32": 50e12}
+    assert set(merged["providers"]) == {"ours", "gluon"}
+    assert [r["ceilings"]["matmul_flops"].get("bfloat16") for r in merged["runs"]] == [712e12,
+                                                                                       811e12]
+
+
 def test_cli_resume_args_name_what_was_cut_off():
     s = core.Settings()
     cut = [sweep._row(core.Config("bfloat16", d, True, n, 16384 // n, 2048 // d), "ours", "fwd",
