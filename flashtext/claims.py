@@ -64,10 +64,10 @@ CITED: dict[str, Cited] = dict([
            "--modes to finish with --merge"),
     _cited("bench_h200_models_decode", "14 15", True,
            f"python -m flashtext.bench.models --modes decode {H200} (the decode rows)"),
-    _cited(RECORDED_NAME, "12", True,
-           f"make bench BENCH_ARGS='--providers ours cudnn flash flex --flex-compile static "
-           f"--out {RECORDED_NAME}' {H200} "
-           "(the full sweep, one run)"),
+    _cited(RECORDED_NAME, "12 13", True,
+           "make bench BENCH_ARGS='--providers ours triton gluon cudnn flash flex "
+           f"--flex-compile static --out {RECORDED_NAME}' {H200} (the full sweep; a run its "
+           "budget cuts short prints the --merge command that finishes it)"),
 ])
 
 
