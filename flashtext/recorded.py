@@ -259,9 +259,27 @@ def merge_runs(old: dict[str, Any], new: dict[str, Any], key: Callable[[dict], A
     started = new.get("started")
     runs = [r for r in old.get("runs", [run_record(old)])
             if started is None or r.get("started") != started]
-    return {**new, SOURCES_KEY: old.get(SOURCES_KEY),
-            "rows": [r for r in old["rows"] if key(r) not in fresh] + rows,
-            "runs": [*runs, run_record(new)]}
+    merged = {**new, SOURCES_KEY: old.get(SOURCES_KEY),
+              "rows": [r for r in old["rows"] if key(r) not in fresh] + rows,
+              "runs": [*runs, run_record(new)]}
+    for name in DESCRIBES_THE_WHOLE:  # a run that finishes a few rows describes only those
+        if isinstance(old.get(name), dict) and isinstance(new.get(name), dict):
+            merged[name] = _union(old[name], new[name])
+    return merged
+
+
+# What a recording says about all of its rows: merged, the first run's values stay and a later
+# run only adds (a dtype's ceiling, a sequence length, a provider); each run's own stay in ``runs``
+DESCRIBES_THE_WHOLE = ("settings", "ceilings", "providers")
+
+
+def _union(first: Any, later: Any) -> Any:
+    if isinstance(first, dict) and isinstance(later, dict):
+        return {**{k: _union(v, later[k]) if k in later else v for k, v in first.items()},
+                **{k: v for k, v in later.items() if k not in first}}
+    if isinstance(first, list) and isinstance(later, list):
+        return first + [v for v in later if v not in first]
+    return first
 
 
 def save(name: str, payload: dict[str, Any], *, measured: Iterable[str] = ()) -> Path:

@@ -123,6 +123,11 @@ def test_merge_finishes_a_recording_without_losing_measured_rows():
     assert merged["kernel_sources"] == {"sha256": "a"}  # recorded.save compares it with now
     with pytest.raises(SystemExit, match="gpu"):
         models.merge(old, {**new, "gpu": "NVIDIA A100"})
+    # the first run's ceilings describe the file; a later run's stay in its own record
+    first, later = {"copy_bandwidth": 4.2e12}, {"copy_bandwidth": 4.3e12, "matmul": 7e14}
+    both = models.merge({**old, "ceilings": first}, {**new, "ceilings": later})
+    assert both["ceilings"] == {"copy_bandwidth": 4.2e12, "matmul": 7e14}
+    assert [r["ceilings"] for r in both["runs"]] == [first, later]
 
 
 def test_main_merges_a_second_run_into_the_recording(monkeypatch, tmp_path, capsys):

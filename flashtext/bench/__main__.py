@@ -153,27 +153,11 @@ def full_sweep(settings: core.Settings) -> bool:
 
 def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """New rows replace old rows of the same (provider, mode, dtype, d, causal, n)
-    (:func:`flashtext.recorded.merge_runs`). The file still describes the whole sweep: its
-    settings are the union of both runs' (the first run's values first), and its ceilings the
-    first run's, with any dtype only the new run measured added; each run's own ceilings stay
-    in its record under ``runs``."""
-    merged = recorded.merge_runs(
+    (:func:`flashtext.recorded.merge_runs`: the file's settings, ceilings and providers still
+    describe the whole sweep; each run's ceilings stay in its record under ``runs``)."""
+    return recorded.merge_runs(
         old, new, lambda r: (r["provider"], r["mode"], r["dtype"], r["d"], r["causal"], r["n"]),
         _run_record)
-    settings = dict(old.get("settings") or {})
-    for key, value in (new.get("settings") or {}).items():
-        if isinstance(value, list) and isinstance(settings.get(key), list):
-            settings[key] = settings[key] + [v for v in value if v not in settings[key]]
-        else:
-            settings.setdefault(key, value)
-    merged["settings"] = settings
-    ceilings = dict(old.get("ceilings") or new.get("ceilings") or {})
-    if isinstance(ceilings.get("matmul_flops"), dict):
-        ceilings["matmul_flops"] = {**(new.get("ceilings") or {}).get("matmul_flops", {}),
-                                    **ceilings["matmul_flops"]}
-    merged["ceilings"] = ceilings
-    merged["providers"] = {**(new.get("providers") or {}), **(old.get("providers") or {})}
-    return merged
 
 
 def _run_record(payload: dict[str, Any]) -> dict[str, Any]:

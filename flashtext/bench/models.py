@@ -452,7 +452,7 @@ def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def _run_record(payload: dict[str, Any]) -> dict[str, Any]:
     return {"date": payload.get("date"), "argv": payload.get("argv"),
             "seconds": payload.get("seconds"), "modes": payload.get("modes"),
-            "rows": len(payload.get("rows", []))}
+            "rows": len(payload.get("rows", [])), "ceilings": payload.get("ceilings")}
 
 
 def _save(name: str, payload: dict[str, Any], do_merge: bool, measured: tuple[str, ...]):
