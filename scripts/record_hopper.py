@@ -76,6 +76,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from flashtext.bench.static_compile import cuobjdump, sass_of  # noqa: E402
+from flashtext.kernels.dispatch import FORWARD_KERNELS  # noqa: E402
 
 # name -> regex, counted in the PTX text
 PTX_PATTERNS = {
@@ -541,7 +542,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=PREVIEW_CASE[3],
                         help=f"--sm90-preview: sequence length (default {PREVIEW_CASE[3]})")
     parser.add_argument("--full", action="store_true", help="--sm90-preview: no causal mask")
-    parser.add_argument("--forward-kernel", default="auto", choices=("auto", "triton", "gluon"),
+    parser.add_argument("--forward-kernel", default="auto", choices=FORWARD_KERNELS,
                         help="--sm90-preview: flash_attention's forward_kernel (default auto: "
                              "the one it runs on sm_90)")
     args = parser.parse_args()

@@ -133,9 +133,10 @@ def _skip_gluon(cfg: Config, s: Settings, gpu: bool) -> str | None:
 
     if not gpu or not gluon_forward.HAVE_GLUON or torch.cuda.get_device_capability() != (9, 0):
         return "the Gluon forward runs only on an sm_90 GPU with a Triton that has Gluon"
-    if cfg.dtype not in ("float16", "bfloat16") or cfg.d not in gluon_forward.HEAD_DIMS:
-        return (f"the Gluon forward runs float16/bfloat16 at head_dim {gluon_forward.HEAD_DIMS}, "
-                f"not {cfg.dtype} at {cfg.d}")
+    if getattr(torch, cfg.dtype) not in gluon_forward.SUPPORTED_DTYPES \
+            or cfg.d not in gluon_forward.HEAD_DIMS:
+        return (f"the Gluon forward runs {gluon_forward.SUPPORTED_DTYPES} at head_dim "
+                f"{gluon_forward.HEAD_DIMS}, not {cfg.dtype} at {cfg.d}")
     return None
 
 
