@@ -127,19 +127,33 @@ if HAVE_GLUON:
                                             kv_ready.index(0), k_smem.index(w))
             tma.async_copy_global_to_shared(v_desc, [off_z, off_hk, start_n + w * 64, 0],
                                             kv_ready.index(0), v_smem.index(w))
-        t = 0  # (Q, dO) tiles loaded so far: the ring position
-        for g in range(GROUP):
-            off_h = off_hk * GROUP + g
-            for m_block in range(lo, hi):
-                slot = t % STAGES
-                mbarrier.wait(empty.index(slot), ((t // STAGES) & 1) ^ 1)
-                mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(q_desc, [off_z, off_h, m_block * BLOCK_M, 0],
-                                                q_ready.index(slot), q_smem.index(slot))
-                mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(do_desc, [off_z, off_h, m_block * BLOCK_M, 0],
-                                                do_ready.index(slot), do_smem.index(slot))
-                t += 1
+        # the t-th (Q, dO) pair: query head off_hk * GROUP + t // n_tiles, tile lo + t % n_tiles
+        n_tiles = gl.maximum(hi - lo, 1)
+        for t in range(GROUP * (hi - lo)):
+            off_h = off_hk * GROUP + t // n_tiles
+            start_m = (lo + t % n_tiles) * BLOCK_M
+            slot = t % STAGES
+            mbarrier.wait(empty.index(slot), ((t // STAGES) & 1) ^ 1)
+            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [off_z, off_h, start_m, 0],
+                                            q_ready.index(slot), q_smem.index(slot))
+            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(do_desc, [off_z, off_h, start_m, 0],
+                                            do_ready.index(slot), do_smem.index(slot))
+
+    @gluon.jit
+    def _row_stats(LSE, DELTA, t, total, n_tiles, lo, off_z, off_hk, H_KV, GROUP, N_Q,
+                   BLOCK_M: gl.constexpr, STAT_L: gl.constexpr):
+        """lse * log2(e) and delta of the t-th tile's query rows, one number a thread (none
+        when t is past the last tile). Rows past N_Q and rows that saw no key (lse = -inf) get
+        +inf, so that their P is 0."""
+        off_h = off_hk * GROUP + t // n_tiles
+        rows = (lo + t % n_tiles) * BLOCK_M + gl.arange(0, BLOCK_M, layout=STAT_L)
+        ok = (rows < N_Q) & (t < total)
+        stats = (off_z * (H_KV * GROUP) + off_h).to(gl.int64) * N_Q
+        lse = gl.load(LSE + stats + rows, mask=ok, other=float("inf"))
+        delta = gl.load(DELTA + stats + rows, mask=ok, other=0.0)
+        return gl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E, delta
 
     @gluon.jit
     def _dkdv_consumer(WG: gl.constexpr, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem,
@@ -180,56 +194,51 @@ if HAVE_GLUON:
         dv = gl.zeros([64, HEAD_DIM], gl.float32, D_L)
         mbarrier.wait(kv_ready.index(0), 0)
 
-        t = 0  # the ring position, as the producer counts
-        for g in range(GROUP):
-            off_h = off_hk * GROUP + g
-            stats = (off_z * (H_KV * GROUP) + off_h).to(gl.int64) * N_Q
-            for m_block in range(lo, hi):
-                start_m = m_block * BLOCK_M
-                # the row statistics first, one number a thread (global loads, in flight while
-                # the tiles land; spread over the accumulator's columns only where used, to
-                # keep registers for dK and dV); rows past N_Q and rows that saw no key
-                # (lse = -inf) get lse = +inf: P = 0
-                rows = start_m + gl.arange(0, BLOCK_M, layout=STAT_L)
-                row_ok = rows < N_Q
-                lse = gl.load(LSE + stats + rows, mask=row_ok, other=float("inf"))
-                delta = gl.load(DELTA + stats + rows, mask=row_ok, other=0.0)
-                lse2 = gl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E
-
-                slot = t % STAGES
-                phase = (t // STAGES) & 1
-                q_t = q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
-                do_t = do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
-                mbarrier.wait(q_ready.index(slot), phase)
-                s_t = warpgroup_mma(k, q_t.permute((1, 0)), s_zero, use_acc=False,
-                                    is_async=True)
-                mbarrier.wait(do_ready.index(slot), phase)
-                dp_t = warpgroup_mma(v, do_t.permute((1, 0)), s_zero, use_acc=False,
-                                     is_async=True)
-                s_t = warpgroup_mma_wait(1, deps=[s_t])
-                need_mask = (start_m < mask_below) | (start_m >= mask_from)
-                if need_mask:  # hidden scores -> -inf before the exponential: P = 0
-                    qs = gl.expand_dims(start_m + gl.arange(0, BLOCK_M, layout=COL), 0)
-                    visible = keys >= 0
-                    if HAS_RIGHT:  # key j <= i + N_K - N_Q + right
-                        visible = visible & (keys <= qs + hi_off)
-                    if HAS_LEFT:   # key j >= i + N_K - N_Q - left
-                        visible = visible & (keys >= qs + lo_off)
-                    s_t = gl.where(visible, s_t * qk_scale, float("-inf"))
-                    p_t = gl.exp2(s_t - gl.expand_dims(gl.convert_layout(lse2, COL), 0))
-                else:
-                    p_t = gl.exp2(s_t * qk_scale
-                                  - gl.expand_dims(gl.convert_layout(lse2, COL), 0))
-                p_op = gl.convert_layout(p_t.to(dtype), OP_L)
-                # dV += P^T dO goes to the tensor cores while dS^T is formed
-                dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
-                dp_t = warpgroup_mma_wait(1, deps=[dp_t])
-                ds_t = p_t * (dp_t - gl.expand_dims(gl.convert_layout(delta, COL), 0))
-                ds_op = gl.convert_layout(ds_t.to(dtype), OP_L)
-                dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
-                dk, dv, p_op, ds_op = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op])
-                mbarrier.arrive(empty.index(slot), count=1)
-                t += 1
+        # the tiles in the producer's order; each tile's row statistics are loaded one tile
+        # ahead (global loads, one number a thread, spread over the accumulator's columns only
+        # where used, to keep registers for dK and dV)
+        n_tiles = gl.maximum(hi - lo, 1)
+        total = GROUP * (hi - lo)
+        lse2, delta = _row_stats(LSE, DELTA, 0, total, n_tiles, lo, off_z, off_hk, H_KV, GROUP,
+                                 N_Q, BLOCK_M, STAT_L)
+        for t in range(total):
+            start_m = (lo + t % n_tiles) * BLOCK_M
+            slot = t % STAGES
+            phase = (t // STAGES) & 1
+            q_t = q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
+            do_t = do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
+            mbarrier.wait(q_ready.index(slot), phase)
+            s_t = warpgroup_mma(k, q_t.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            mbarrier.wait(do_ready.index(slot), phase)
+            dp_t = warpgroup_mma(v, do_t.permute((1, 0)), s_zero, use_acc=False,
+                                 is_async=True)
+            # while S^T and dP^T are on the tensor cores: the next tile's row statistics
+            next_lse2, next_delta = _row_stats(LSE, DELTA, t + 1, total, n_tiles, lo, off_z,
+                                               off_hk, H_KV, GROUP, N_Q, BLOCK_M, STAT_L)
+            s_t = warpgroup_mma_wait(1, deps=[s_t])
+            need_mask = (start_m < mask_below) | (start_m >= mask_from)
+            if need_mask:  # hidden scores -> -inf before the exponential: P = 0
+                qs = gl.expand_dims(start_m + gl.arange(0, BLOCK_M, layout=COL), 0)
+                visible = keys >= 0
+                if HAS_RIGHT:  # key j <= i + N_K - N_Q + right
+                    visible = visible & (keys <= qs + hi_off)
+                if HAS_LEFT:   # key j >= i + N_K - N_Q - left
+                    visible = visible & (keys >= qs + lo_off)
+                s_t = gl.where(visible, s_t * qk_scale, float("-inf"))
+                p_t = gl.exp2(s_t - gl.expand_dims(gl.convert_layout(lse2, COL), 0))
+            else:
+                p_t = gl.exp2(s_t * qk_scale
+                              - gl.expand_dims(gl.convert_layout(lse2, COL), 0))
+            p_op = gl.convert_layout(p_t.to(dtype), OP_L)
+            # dV += P^T dO goes to the tensor cores while dS^T is formed
+            dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
+            dp_t = warpgroup_mma_wait(1, deps=[dp_t])
+            ds_t = p_t * (dp_t - gl.expand_dims(gl.convert_layout(delta, COL), 0))
+            ds_op = gl.convert_layout(ds_t.to(dtype), OP_L)
+            dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
+            dk, dv, p_op, ds_op = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op])
+            mbarrier.arrive(empty.index(slot), count=1)
+            lse2, delta = next_lse2, next_delta
 
         # dK, dV leave through the copy engine (rows past N_K clipped) from this warpgroup's
         # own K and V slots, which no GEMM reads any more
