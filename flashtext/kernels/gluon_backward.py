@@ -29,9 +29,10 @@ FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608) organises it, in the style
 * lse and delta (= rowsum(dO * O), ``backward.preprocess``) are read by the consumers, one
   fp32 number per query row, issued before they wait for the tile's Q.
 
-Head dimensions 64 and 128. 256 does not fit: dK and dV of 64 keys x 256 are 2 x 128 fp32
-registers a thread each, over the 240 a consumer thread can have (FA3 splits that case
-differently).
+Head dimensions 64 and 128. 256 does not fit this organisation: dK and dV of 64 keys x 256 are
+128 fp32 registers a thread each, 256 together, over the 240 a consumer thread can have before
+S^T and dP^T; and shared memory (K and V, 128 x 256 each, 128 KB) leaves room for one stage of
+Q and dO (64 KB), not two (FA3 splits d = 256 differently).
 """
 
 from __future__ import annotations
