@@ -26,8 +26,14 @@ FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608) organises it, in the style
   query tiles no key of the block sees are never loaded, and only tiles that cross a window
   edge for one of the warpgroup's keys compute a mask. Rows past N_Q come from the copy engine
   as zeros with lse = +inf (P = 0); keys past N_K produce rows of dK, dV the output copy clips.
-* lse and delta (= rowsum(dO * O), ``backward.preprocess``) are read by the consumers, one
-  fp32 number per query row, issued before they wait for the tile's Q.
+* lse and delta (= rowsum(dO * O), ``backward.preprocess``) are read by the consumers
+  themselves, not the producer (no copy-engine tiles for them: a (Z, H, N_Q) float32 row has
+  16-byte aligned strides only when N_Q is a multiple of 4): plain loads of one number a
+  thread, issued one tile ahead while S^T and dP^T are on the tensor cores, and spread over
+  the accumulator's columns (through shared memory) only where they are used, so that they
+  hold 2 registers a thread, not 32, next to dK and dV.
+* Programs run key block by key block of one head: with a causal mask the first blocks, which
+  every later query sees, are the longest and start first.
 
 Head dimensions 64 and 128. 256 does not fit this organisation: dK and dV of 64 keys x 256 are
 128 fp32 registers a thread each, 256 together, over the 240 a consumer thread can have before
