@@ -33,6 +33,7 @@ import triton.language as tl
 from flashtext.kernels.config import KernelConfig, block_d, launch_config
 from flashtext.kernels.descriptors import tile_sources
 from flashtext.kernels.forward import _LOG2E, input_precision
+from flashtext.kernels.gluon_backward import launch_dkdv
 from flashtext.kernels.launcher import launch
 from flashtext.kernels.masks import UNBOUNDED, key_tiles, query_tiles, visible, window_bounds
 
@@ -350,6 +351,7 @@ def preprocess(o: torch.Tensor, do: torch.Tensor, config: KernelConfig | None = 
 def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              o: torch.Tensor, lse: torch.Tensor, causal: bool, sm_scale: float,
              configs: dict[str, KernelConfig] | None = None, window: tuple[int, int] = (-1, -1),
+             dkdv_kernel: str = "triton",
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of ``sum(O * do)``, given the forward's O and lse.
 
@@ -357,7 +359,9 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ``lse`` (contiguous (Z, H, N_Q) float32, as the forward writes it). dk and dv sum over the
     query heads that share a K/V head. ``configs`` may override
     :func:`~flashtext.kernels.config.launch_config` per kernel ("bwd_pre", "bwd_dkdv",
-    "bwd_dq"); tests use it to try several tile shapes.
+    "bwd_dq"); tests use it to try several tile shapes. ``dkdv_kernel="gluon"`` computes dK and
+    dV with the FA3-style Gluon kernel (:mod:`flashtext.kernels.gluon_backward`; inputs it
+    supports only, see :mod:`flashtext.kernels.dispatch`) instead of ``_attn_bwd_dkdv``.
     """
     z, h, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
@@ -372,10 +376,14 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         raise ValueError(f"lse must be a contiguous float32 tensor of shape {(z, h, n_q)}, "
                          f"got {tuple(lse.shape)} {lse.dtype}")
     delta = preprocess(o, do, (configs or {}).get("bwd_pre"))
+    if dkdv_kernel == "gluon":
+        dk, dv, _ = launch_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window)
+    elif dkdv_kernel != "triton":
+        raise ValueError(f"dkdv_kernel must be 'triton' or 'gluon', got {dkdv_kernel!r}")
     dense = (q, k, v, do, dq, dk, dv)
     _launch_backward(dense, lse, delta, causal, window, sm_scale, configs, n_q, n_k,
                      strides=[x for t in dense for x in t.stride()], batch=z,
-                     lse_strides=(h * n_q, n_q), cu=None)
+                     lse_strides=(h * n_q, n_q), cu=None, dkdv=dkdv_kernel == "triton")
     return dq, dk, dv
 
 
@@ -401,8 +409,9 @@ def backward_varlen(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 
 
 def _launch_backward(tensors, lse, delta, causal, window, sm_scale, configs, n_q, n_k,
-                     strides, batch, lse_strides, cu) -> None:
-    """The dK/dV and dQ launches, dense or packed (``cu`` = (cu_seqlens_q, cu_seqlens_k))."""
+                     strides, batch, lse_strides, cu, dkdv: bool = True) -> None:
+    """The dK/dV and dQ launches, dense or packed (``cu`` = (cu_seqlens_q, cu_seqlens_k));
+    ``dkdv=False``: the dQ launch alone (dK and dV came from another kernel)."""
     q, k, v, do, dq, dk, dv = tensors
     d = q.shape[-1]
     h, h_kv = q.shape[1], k.shape[1]  # heads: dim 1 of (Z, H, N, d) and of packed (total, H, d)
@@ -419,12 +428,13 @@ def _launch_backward(tensors, lse, delta, causal, window, sm_scale, configs, n_q
     cu_q, cu_k = cu if cu is not None else (lse, lse)  # unused when VARLEN is off
     # the dK/dV kernel streams Q and dO tiles past its keys, the dQ kernel K and V tiles past
     # its queries: those are the loads a tensor descriptor can take over
-    c_kv = cfg("bwd_dkdv")
-    tma_kv, (q_arg, do_arg) = tile_sources(c_kv, "BLOCK_M", q, do)
-    launch(_attn_bwd_dkdv, lambda c: (triton.cdiv(n_k, c.BLOCK_N), batch * h_kv), c_kv,
-           q_arg, k, v, do_arg, lse, delta, dk, dv, sm_scale, cu_q, cu_k,
-           *q_s, *k_s, *v_s, *do_s, *dk_s, *dv_s, *lse_strides, h_kv, h // h_kv, n_q, n_k,
-           left, right, USE_TMA=tma_kv, **consts)
+    if dkdv:
+        c_kv = cfg("bwd_dkdv")
+        tma_kv, (q_arg, do_arg) = tile_sources(c_kv, "BLOCK_M", q, do)
+        launch(_attn_bwd_dkdv, lambda c: (triton.cdiv(n_k, c.BLOCK_N), batch * h_kv), c_kv,
+               q_arg, k, v, do_arg, lse, delta, dk, dv, sm_scale, cu_q, cu_k,
+               *q_s, *k_s, *v_s, *do_s, *dk_s, *dv_s, *lse_strides, h_kv, h // h_kv, n_q, n_k,
+               left, right, USE_TMA=tma_kv, **consts)
     c_q = cfg("bwd_dq")
     tma_q, (k_arg, v_arg) = tile_sources(c_q, "BLOCK_N", k, v)
     launch(_attn_bwd_dq, lambda c: (triton.cdiv(n_q, c.BLOCK_M), batch * h), c_q,
