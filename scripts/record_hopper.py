@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import re
@@ -76,7 +77,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from flashtext.bench.static_compile import cuobjdump, sass_of  # noqa: E402
-from flashtext.kernels.dispatch import FORWARD_KERNELS  # noqa: E402
+from flashtext.kernels.dispatch import BACKWARD_KERNELS, FORWARD_KERNELS  # noqa: E402
 
 # name -> regex, counted in the PTX text
 PTX_PATTERNS = {
@@ -248,30 +249,34 @@ class Captured:
 
 
 class GluonCaptured:
-    """One launch of the Gluon forward (:mod:`flashtext.kernels.gluon_forward`), which
-    ``flash_attention`` runs on sm_90 where :mod:`flashtext.kernels.dispatch` picks it: its case
-    and, once launched, the kernel that ran."""
+    """One launch of a Gluon kernel, which ``flash_attention`` runs on sm_90 where
+    :mod:`flashtext.kernels.dispatch` picks it: the forward
+    (:mod:`flashtext.kernels.gluon_forward`, ``kind="forward"``) or the dK/dV pass
+    (:mod:`flashtext.kernels.gluon_backward`, ``kind="dkdv"``); its case and, once launched,
+    the kernel that ran."""
 
-    def __init__(self, dtype, head_dim: int, causal: bool, window, kernel=None):
+    def __init__(self, dtype, head_dim: int, causal: bool, window, kernel=None,
+                 kind: str = "forward"):
         self.dtype, self.head_dim, self.causal, self.window = dtype, head_dim, causal, window
-        self.kernel = kernel
+        self.kernel, self.kind = kernel, kind
 
 
 @contextlib.contextmanager
 def captured_launches(run: bool):
     """Record every ``flashtext.kernels.launcher.launch`` and every launch of the Gluon forward
-    made inside the block; with ``run=False`` nothing is launched (to compile for a GPU this
-    machine does not have), and the dispatch is the sm_90 one: the Gluon forward takes the
-    cases its rule gives it (for the contiguous, aligned inputs made here, the only other
-    condition, a layout the copy engine can address, holds)."""
+    and dK/dV kernels made inside the block; with ``run=False`` nothing is launched (to compile
+    for a GPU this machine does not have), and the dispatch is the sm_90 one: the Gluon kernels
+    take the cases their rules give them (for the contiguous, aligned inputs made here, the
+    only other condition, a layout the copy engine can address, holds)."""
     import torch
 
     import flashtext.kernels  # noqa: F401  (loads every kernel module)
-    from flashtext.kernels import gluon_forward, launcher
+    from flashtext.kernels import backward, gluon_backward, gluon_forward, launcher
 
     seen: list = []
     real = launcher.launch
     real_gluon = gluon_forward.launch
+    real_dkdv = backward.launch_dkdv
 
     def capture(kernel_fn, grid_fn, config, *args, **constexprs):
         seen.append(Captured(kernel_fn, grid_fn, config, list(args), dict(constexprs)))
@@ -287,20 +292,39 @@ def captured_launches(run: bool):
         return (torch.empty(q.shape, dtype=q.dtype),
                 torch.zeros(q.shape[:-1], dtype=torch.float32), None)
 
+    def capture_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1), **overrides):
+        seen.append(GluonCaptured(q.dtype, q.shape[-1], causal, tuple(window), kind="dkdv"))
+        if run:
+            dk, dv, seen[-1].kernel = real_dkdv(q, k, v, do, lse, delta, causal, sm_scale,
+                                                window, **overrides)
+            return dk, dv, seen[-1].kernel
+        return torch.zeros_like(k), torch.zeros_like(v), None
+
     users = [m for name, m in sys.modules.items() if name.startswith("flashtext.kernels")
              and getattr(m, "launch", None) is real]
     with contextlib.ExitStack() as stack:
         for module in users:
             stack.enter_context(mock.patch.object(module, "launch", capture))
         stack.enter_context(mock.patch.object(gluon_forward, "launch", capture_gluon))
+        stack.enter_context(mock.patch.object(backward, "launch_dkdv", capture_dkdv))
         if not run:
-            stack.enter_context(mock.patch.object(
-                gluon_forward, "gluon_supported", lambda *args: gluon_forward.HAVE_GLUON))
+            for module, check in ((gluon_forward, "gluon_supported"),
+                                  (gluon_backward, "gluon_dkdv_supported")):
+                stack.enter_context(mock.patch.object(module, check, functools.partial(
+                    _sm90_would_run, module)))
         yield seen
 
 
+def _sm90_would_run(module, q, *args) -> bool:
+    """A Gluon kernel's support check as an sm_90 GPU would answer it for the contiguous,
+    aligned inputs made here: Gluon installed, the dtype and the head dimension."""
+    return module.HAVE_GLUON and q.dtype in module.SUPPORTED_DTYPES \
+        and q.shape[-1] in module.HEAD_DIMS
+
+
 def dispatched_launches(dtype: str, d: int, causal: bool, n: int, device: str, run: bool,
-                        seed: int = 0, forward_kernel: str = "auto"):
+                        seed: int = 0, forward_kernel: str = "auto",
+                        backward_kernel: str = "auto"):
     """Run ``flash_attention`` forward and backward on (2, 4, n, d) inputs and return its
     launches (and the output, when ``run``). Without ``run`` the inputs may live on the CPU:
     the API's device check is then told the kernels are interpreted (only it: the launch table,
@@ -317,7 +341,8 @@ def dispatched_launches(dtype: str, d: int, causal: bool, n: int, device: str, r
             stack.enter_context(mock.patch.object(api, "_boot", SimpleNamespace(
                 INTERPRETING=True)))
         seen = stack.enter_context(captured_launches(run))
-        out = api.flash_attention(q, k, v, causal=causal, forward_kernel=forward_kernel)
+        out = api.flash_attention(q, k, v, causal=causal, forward_kernel=forward_kernel,
+                                  backward_kernel=backward_kernel)
         out.backward(torch.ones_like(out))
     return seen, (q, k, v, out)
 
@@ -357,10 +382,23 @@ def compiled_on_gpu(c: Captured, config):
 
 
 def describe_gluon(c: GluonCaptured, with_sass: bool) -> dict:
-    """What one launch of the Gluon forward ran (compiled here for sm_90 if it was not
+    """What one launch of a Gluon kernel ran (compiled here for sm_90 if it was not
     launched), in the shape of :func:`describe_launch`'s rows."""
+    from flashtext.kernels import gluon_backward as gb
     from flashtext.kernels import gluon_forward as gf
 
+    if c.kind == "dkdv":
+        kernel = c.kernel or gb.compile_sm90_dkdv(c.head_dim, c.dtype, c.causal, c.window)
+        constants = gb.kernel_constants(c.head_dim, c.causal, c.window)
+        meta = kernel.metadata
+        meta = meta._asdict() if hasattr(meta, "_asdict") else dict(vars(meta))
+        row = describe(kernel.name, kernel.asm["ptx"],
+                       kernel.asm.get("cubin") if with_sass else None, meta)
+        return {**row, "gluon": True, "kind": "dkdv", "use_tma": True,
+                "descriptor_args": ["q_desc", "k_desc", "v_desc", "do_desc", "dk_desc",
+                                    "dv_desc"],
+                "config": {"BLOCK_M": constants["BLOCK_M"], "BLOCK_N": gb.BLOCK_N,
+                           "STAGES": constants["STAGES"], "num_warps": meta.get("num_warps")}}
     kernel = c.kernel or gf.compile_sm90(c.head_dim, c.dtype, c.causal, c.window)
     constants = gf.kernel_constants(c.head_dim, c.causal, c.window)
     meta = kernel.metadata
@@ -369,7 +407,7 @@ def describe_gluon(c: GluonCaptured, with_sass: bool) -> dict:
                    kernel.asm.get("cubin") if with_sass else None, meta)
     # num_warps counts every partition's: the producer's 4 and the two consumers' 4 each
     warps = meta.get("num_warps")
-    return {**row, "gluon": True, "use_tma": True,
+    return {**row, "gluon": True, "kind": "forward", "use_tma": True,
             "descriptor_args": ["q_desc", "k_desc", "v_desc", "o_desc"],
             "config": {"BLOCK_M": gf.BLOCK_M, "BLOCK_N": constants["BLOCK_N"],
                        "STAGES": constants["STAGES"], "num_warps": warps}}
@@ -501,16 +539,18 @@ def splitkv(quick: bool, cache_dir: Path, seen: set[str]) -> dict:
     return result
 
 
-def sm90_preview(case: tuple = PREVIEW_CASE, forward_kernel: str = "auto") -> dict:
-    """Compile (never launch) what ``flash_attention(..., forward_kernel=forward_kernel)``
-    launches on sm_90 for :data:`PREVIEW_CASE` (forward and backward), and the three probes,
-    for sm_90; count PTX and SASS instructions."""
+def sm90_preview(case: tuple = PREVIEW_CASE, forward_kernel: str = "auto",
+                 backward_kernel: str = "auto") -> dict:
+    """Compile (never launch) what ``flash_attention(..., forward_kernel=forward_kernel,
+    backward_kernel=backward_kernel)`` launches on sm_90 for :data:`PREVIEW_CASE` (forward and
+    backward), and the three probes, for sm_90; count PTX and SASS instructions."""
     dtype, d, causal, n = case
     seen, _ = dispatched_launches(dtype, d, causal, n, "cpu", run=False,
-                                  forward_kernel=forward_kernel)
+                                  forward_kernel=forward_kernel,
+                                  backward_kernel=backward_kernel)
     out = {"triton": triton.__version__, "target": "sm_90", "probes": [],
            "library": {"dtype": dtype, "d": d, "causal": causal, "n": n,
-                       "forward_kernel": forward_kernel,
+                       "forward_kernel": forward_kernel, "backward_kernel": backward_kernel,
                        "kernels": [describe_launch(c, compile_sm90, True) for c in seen]}}
     import torch
 
@@ -545,10 +585,13 @@ def main() -> None:
     parser.add_argument("--forward-kernel", default="auto", choices=FORWARD_KERNELS,
                         help="--sm90-preview: flash_attention's forward_kernel (default auto: "
                              "the one it runs on sm_90)")
+    parser.add_argument("--backward-kernel", default="auto", choices=BACKWARD_KERNELS,
+                        help="--sm90-preview: flash_attention's backward_kernel (default auto: "
+                             "the one it runs on sm_90)")
     args = parser.parse_args()
     if args.sm90_preview:
         print(json.dumps(sm90_preview((PREVIEW_CASE[0], args.d, not args.full, args.n),
-                                      args.forward_kernel)))
+                                      args.forward_kernel, args.backward_kernel)))
         return
 
     import torch

@@ -1,9 +1,10 @@
-"""Which forward kernel flash_attention runs (flashtext.kernels.dispatch).
+"""Which kernels flash_attention runs (flashtext.kernels.dispatch).
 
-On the CPU: the rule by shape, the widest key span against the mask itself, the routing (with
-the Gluon kernel's support check and launch stood in for), and the errors. On an sm_90 GPU: the
-default really launches the Gluon forward where the rule says so, and its O, lse and the
-gradients through it hold the accuracy rule against float64.
+On the CPU: the forward's rule by shape, the widest key span against the mask itself, the
+routing of forward and backward (with the Gluon kernels' support checks and launches stood in
+for), and the errors. On an sm_90 GPU: the default really launches the Gluon forward where the
+rule says so and the Gluon dK/dV wherever it runs, and O, lse and the gradients through them
+hold the accuracy rule against float64.
 """
 
 import itertools
@@ -14,6 +15,8 @@ import torch
 
 from flashtext import reference
 from flashtext.kernels import attention_backward, attention_forward, dispatch, flash_attention
+from flashtext.kernels import backward as triton_backward_module
+from flashtext.kernels import gluon_backward as gb
 from flashtext.kernels import gluon_forward as gf
 from flashtext.kernels.accuracy import compare
 from tests.kernel_helpers import DEVICE, ON_GPU
@@ -158,3 +161,108 @@ def test_short_masked_d128_runs_triton(monkeypatch):
     q = torch.randn(1, 2, 1024, 128, device="cuda", dtype=torch.float16)
     o = flash_attention(q, q, q, causal=True)
     assert o.shape == q.shape and torch.isfinite(o).all()
+
+
+# ---------------------------------------------------------------- the backward's dK/dV kernel
+
+
+def test_backward_kernel_is_checked():
+    q = torch.randn(1, 1, 8, 16).to(DEVICE)
+    o, lse = attention_forward(q, q, q)
+    for bad in ("cuda", "Gluon", None, 1):
+        with pytest.raises(ValueError, match="backward_kernel must be one of"):
+            flash_attention(q, q, q, backward_kernel=bad)
+        with pytest.raises(ValueError, match="backward_kernel must be one of"):
+            attention_backward(q, q, q, q, o, lse, backward_kernel=bad)
+    if not SM90:
+        with pytest.raises(ValueError, match="backward_kernel='gluon' needs"):
+            attention_backward(q, q, q, q, o, lse, backward_kernel="gluon")
+    with pytest.raises(ValueError, match="dkdv_kernel must be 'triton' or 'gluon'"):
+        triton_backward_module.backward(q, q, q, q, o, lse, False, 0.25, dkdv_kernel="cuda")
+
+
+def test_cpu_float32_and_d256_inputs_run_the_triton_dkdv():
+    q = torch.randn(1, 2, 64, 128)
+    assert dispatch.choose_backward(q, q, q, False) == "triton"  # not on an sm_90 GPU
+    if SM90:
+        g = q.cuda()
+        assert dispatch.choose_backward(g, g, g, False) == "triton"  # float32
+        for d in (64, 128):
+            h = g[..., :d].half().contiguous()
+            assert dispatch.choose_backward(h, h, h, True) == "gluon"
+        h = torch.randn(1, 2, 64, 256, device="cuda", dtype=torch.float16)
+        assert dispatch.choose_backward(h, h, h, False) == "triton"  # d = 256: no Gluon dK/dV
+
+
+def test_auto_backward_runs_the_gluon_dkdv_where_it_could_run(monkeypatch):
+    """Routing: with the Gluon dK/dV's support check and launch stood in for, "auto" and
+    "gluon" take dK and dV from it (and dQ from the Triton pass), "triton" never calls it."""
+    calls = []
+
+    def fake_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1)):
+        calls.append((tuple(q.shape), causal, tuple(window)))
+        assert delta.shape == lse.shape == q.shape[:-1]
+        return torch.full(k.shape, 7.0), torch.full(v.shape, 5.0), None
+
+    monkeypatch.setattr(gb, "gluon_dkdv_supported", lambda *args: True)
+    monkeypatch.setattr(triton_backward_module, "launch_dkdv", fake_dkdv)
+    g = torch.Generator().manual_seed(3)
+    q, k, v, do = (torch.randn(1, 2, 40, 32, generator=g).to(DEVICE) for _ in range(4))
+    o, lse = attention_forward(q, k, v, causal=True)
+    want = attention_backward(do, q, k, v, o, lse, causal=True, backward_kernel="triton")
+    assert calls == []
+    for kernel in ("auto", "gluon"):
+        calls.clear()
+        dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal=True, window_size=(9, -1),
+                                        backward_kernel=kernel)
+        assert calls == [((1, 2, 40, 32), True, (9, -1))], kernel
+        assert bool((dk == 7.0).all()) and bool((dv == 5.0).all())
+    # dQ is the Triton pass's whichever kernel made dK and dV: the same code, bitwise
+    dq, _, _ = attention_backward(do, q, k, v, o, lse, causal=True, backward_kernel="auto")
+    assert torch.equal(dq, want[0])
+    # and through autograd
+    calls.clear()
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    flash_attention(*leaves, causal=True).backward(do)
+    assert len(calls) == 1 and bool((leaves[1].grad == 7.0).all())
+    assert torch.equal(leaves[0].grad, want[0])
+    calls.clear()
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    flash_attention(*leaves, causal=True, backward_kernel="triton").backward(do)
+    assert calls == [] and torch.equal(leaves[1].grad, want[1])
+
+
+@sm90
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d, n, causal, window, h_kv", [
+    (64, 333, False, (-1, -1), 4), (128, 2100, True, (-1, -1), 2),
+    (64, 1500, True, (300, 0), 1), (128, 777, False, (100, 50), 4)])
+def test_default_backward_runs_the_gluon_dkdv_and_is_accurate(monkeypatch, dtype, d, n,
+                                                              causal, window, h_kv):
+    ran = []
+    real = triton_backward_module.launch_dkdv
+
+    def spy(*args, **kwargs):
+        ran.append("gluon dkdv")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(triton_backward_module, "launch_dkdv", spy)
+    g = torch.Generator().manual_seed(d + n)
+    q = torch.randn(1, 4, n, d, generator=g).to("cuda", dtype)
+    k, v = (torch.randn(1, h_kv, n, d, generator=g).to("cuda", dtype) for _ in range(2))
+    do = torch.randn(1, 4, n, d, generator=g).to("cuda", dtype)
+    errors = compare(q, k, v, do, causal=causal, window=window)  # O, lse, dq, dk, dv
+    assert ran == ["gluon dkdv"]
+    assert not errors.failures(), errors.failures()
+    # autograd runs the same kernels as attention_backward; "triton" agrees within rounding
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    flash_attention(*leaves, causal=causal, window_size=window).backward(do)
+    assert ran == ["gluon dkdv"] * 2
+    o, lse = attention_forward(q, k, v, causal=causal, window_size=window)
+    want = attention_backward(do, q, k, v, o, lse, causal=causal, window_size=window,
+                              backward_kernel="triton")
+    assert ran == ["gluon dkdv"] * 2
+    u = 2.0**-11 if dtype == torch.float16 else 2.0**-8
+    for name, leaf, w in zip("qkv", leaves, want, strict=True):
+        tol = 4 * u * float(w.abs().max())
+        assert float((leaf.grad - w).abs().max()) <= tol, f"d{name}"

@@ -422,7 +422,7 @@ def test_scale_sign_and_size(sm_scale):
 
 @sm90
 @gpu
-@pytest.mark.parametrize("overrides", [dict(stages=2), dict(block_m=128, stages=2)], ids=str)
+@pytest.mark.parametrize("overrides", [dict(stages=3), dict(block_m=64, stages=4)], ids=str)
 def test_tile_variants_agree(overrides):
     q, k, v, do = make_inputs(Case(2, 2, 1000, 777, 64, True, "bfloat16", seed=5), DEVICE)
     from flashtext.kernels.api import attention_forward

@@ -228,7 +228,8 @@ def test_record_hopper_captures_the_launches_flash_attention_makes():
     from flashtext.kernels.config import launch_config
 
     rh = _record_hopper()
-    seen, _ = rh.dispatched_launches("float16", 64, True, 100, "cpu", run=False)
+    seen, _ = rh.dispatched_launches("float16", 64, True, 100, "cpu", run=False,
+                                     backward_kernel="triton")
     names = [c.kernel_fn.__name__ for c in seen]
     assert names == ["_attn_fwd", "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"]
     fwd = seen[0]
@@ -246,7 +247,8 @@ def test_record_hopper_describes_each_launch_with_what_ran():
     from types import SimpleNamespace
 
     rh = _record_hopper()
-    seen, _ = rh.dispatched_launches("float16", 64, False, 64, "cpu", run=False)
+    seen, _ = rh.dispatched_launches("float16", 64, False, 64, "cpu", run=False,
+                                     backward_kernel="triton")
     compiled = SimpleNamespace(asm={"ptx": "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
                                            "cp.async.bulk.tensor.4d.shared::cluster.global x"},
                                metadata=SimpleNamespace(num_warps=4, num_stages=2, shared=1024))
@@ -259,22 +261,47 @@ def test_record_hopper_describes_each_launch_with_what_ran():
 
 
 def test_record_hopper_captures_the_gluon_forward_where_sm90_runs_it():
-    """Without a GPU the capture takes sm_90's choice of forward kernel: the Gluon one for a
-    long d = 128 call, the Triton one for a short causal one; the backward is Triton's."""
+    """Without a GPU the capture takes sm_90's choice of kernels: the Gluon forward for a
+    long d = 128 call, the Triton one for a short causal one; the Gluon dK/dV at d = 64 and 128
+    (between the Triton preprocessing and dQ passes), the Triton one where asked for."""
     from types import SimpleNamespace
 
     from flashtext.kernels import dispatch
+    from flashtext.kernels import gluon_forward as gf
+
+    if not gf.HAVE_GLUON:
+        pytest.skip("this Triton has no Gluon: sm_90's dispatch cannot be mirrored")
+
+    def names(seen):
+        return [f"gluon {c.kind}" if isinstance(c, rh.GluonCaptured) else c.kernel_fn.__name__
+                for c in seen]
 
     rh = _record_hopper()
-    backward = ["_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"]
+    backward = ["_attn_bwd_preprocess", "gluon dkdv", "_attn_bwd_dq"]
+    triton_backward = ["_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"]
     for causal, n in ((False, 256), (True, 2048), (True, 1024)):
         seen, _ = rh.dispatched_launches("float16", 128, causal, n, "cpu", run=False)
         gluon = dispatch.prefers_gluon(128, n, n, causal)
-        assert isinstance(seen[0], rh.GluonCaptured) == gluon, (causal, n)
-        assert [c.kernel_fn.__name__ for c in seen[1:]] == backward
+        assert names(seen) == ["gluon forward" if gluon else "_attn_fwd", *backward]
+    seen, _ = rh.dispatched_launches("float16", 64, True, 100, "cpu", run=False)
+    assert names(seen) == ["_attn_fwd", *backward]
     seen, _ = rh.dispatched_launches("float16", 128, False, 256, "cpu", run=False,
-                                     forward_kernel="triton")
-    assert [c.kernel_fn.__name__ for c in seen] == ["_attn_fwd", *backward]
+                                     forward_kernel="triton", backward_kernel="triton")
+    assert names(seen) == ["_attn_fwd", *triton_backward]
+    seen, _ = rh.dispatched_launches("float32", 128, False, 256, "cpu", run=False)
+    assert names(seen) == ["_attn_fwd", *triton_backward]  # float32: Triton's kernels only
+    dkdv = rh.dispatched_launches("float16", 64, True, 300, "cpu", run=False)[0][2]
+    assert dkdv.kind == "dkdv" and (dkdv.head_dim, dkdv.causal) == (64, True)
+    dkdv.kernel = SimpleNamespace(
+        name="_attn_bwd_dkdv_ws", asm={"ptx": "setmaxnreg.inc.sync.aligned.u32 240; "
+                                              "wgmma.mma_async.sync.aligned.m64n128k16.f32"
+                                              ".f16.f16"},
+        metadata=SimpleNamespace(num_warps=12, num_stages=3, shared=4096))
+    row = rh.describe_launch(dkdv, None, with_sass=False)
+    assert row["name"] == "_attn_bwd_dkdv_ws" and row["kind"] == "dkdv"
+    assert row["config"] == {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 2, "num_warps": 12}
+    assert row["descriptor_args"] == ["q_desc", "k_desc", "v_desc", "do_desc", "dk_desc",
+                                      "dv_desc"]
     seen, _ = rh.dispatched_launches("float16", 128, False, 256, "cpu", run=False)
     seen[0].kernel = SimpleNamespace(
         name="_attn_fwd_ws", asm={"ptx": "setmaxnreg.dec.sync.aligned.u32 24; "
@@ -282,5 +309,6 @@ def test_record_hopper_captures_the_gluon_forward_where_sm90_runs_it():
         metadata=SimpleNamespace(num_warps=12, num_stages=3, shared=4096))
     row = rh.describe_launch(seen[0], None, with_sass=False)
     assert row["name"] == "_attn_fwd_ws" and row["gluon"] and row["ptx"]["setmaxnreg"] == 1
+    assert row["kind"] == "forward"
     assert row["config"] == {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 2, "num_warps": 12}
     assert row["descriptor_args"] == ["q_desc", "k_desc", "v_desc", "o_desc"]

@@ -35,13 +35,15 @@ class Provider:
     skip: Callable[[Config, Settings, bool], str | None] = lambda cfg, s, gpu: None
 
 
-def _prepare_flashtext(forward_kernel: str) -> Callable[[Config, str, Settings], Prepared]:
+def _prepare_flashtext(forward_kernel: str, backward_kernel: str,
+                       ) -> Callable[[Config, str, Settings], Prepared]:
     def prepare(cfg: Config, device: str, s: Settings) -> Prepared:
         from flashtext.kernels import flash_attention  # lazily: the kernel may be under repair
 
         def attn(q, k, v):
             return flash_attention(q, k, v, causal=cfg.causal, sm_scale=cfg.scale,
-                                   forward_kernel=forward_kernel)
+                                   forward_kernel=forward_kernel,
+                                   backward_kernel=backward_kernel)
 
         return Prepared(attn)
 
@@ -142,14 +144,17 @@ def _skip_gluon(cfg: Config, s: Settings, gpu: bool) -> str | None:
 
 PROVIDERS: dict[str, Provider] = {p.name: p for p in (
     Provider("ours", "flashtext (ours)", "flashtext.kernels.flash_attention as it runs by "
-             "default (the Gluon FA3-style forward where it is faster on sm_90, else the Triton "
-             "FA2 forward; Triton backward)", _prepare_flashtext("auto"), _skip_ours),
+             "default (on sm_90 the Gluon FA3-style forward where it is faster and the Gluon "
+             "dK/dV wherever it runs, else the Triton FA2 kernels)",
+             _prepare_flashtext("auto", "auto"), _skip_ours),
     Provider("triton", "flashtext Triton", "flashtext.kernels.flash_attention with "
-             "forward_kernel='triton' (this book's Triton FlashAttention-2 kernels alone)",
-             _prepare_flashtext("triton"), _skip_ours),
+             "forward_kernel='triton', backward_kernel='triton' (this book's Triton "
+             "FlashAttention-2 kernels alone)", _prepare_flashtext("triton", "triton"),
+             _skip_ours),
     Provider("gluon", "flashtext Gluon", "flashtext.kernels.flash_attention with "
-             "forward_kernel='gluon' (the Gluon FA3-style forward wherever it runs; Triton "
-             "backward)", _prepare_flashtext("gluon"), _skip_gluon),
+             "forward_kernel='gluon', backward_kernel='auto' (the Gluon FA3-style forward "
+             "wherever it runs, the Gluon dK/dV wherever it runs; dQ is Triton's)",
+             _prepare_flashtext("gluon", "auto"), _skip_gluon),
     Provider("cudnn", "SDPA cuDNN", "torch SDPA, CUDNN_ATTENTION backend",
              _sdpa("CUDNN_ATTENTION")),
     Provider("flash", "SDPA flash (FA2)", "torch SDPA, FLASH_ATTENTION backend "

@@ -31,7 +31,11 @@ What they accept (anything else raises ``ValueError`` naming the argument and wh
 * ``forward_kernel`` (dense calls): "auto" runs the Gluon FA3-style forward on an sm_90 GPU
   where it is the faster one (:mod:`flashtext.kernels.dispatch` says where) and the Triton
   forward everywhere else; "triton" or "gluon" asks for one ("gluon" raises on inputs it does
-  not support). The backward kernels are Triton's either way.
+  not support).
+* ``backward_kernel`` (dense calls): "auto" computes dK and dV with the Gluon FA3-style kernel on
+  an sm_90 GPU wherever it runs (d = 64 and 128, fp16 and bf16) and with the Triton kernel
+  everywhere else; "triton" or "gluon" asks for one. The preprocessing and dQ are Triton's
+  either way, and either forward feeds either backward (both write the same O and lse).
 """
 
 from __future__ import annotations
@@ -42,9 +46,14 @@ import numbers
 import torch
 
 from flashtext import _boot
-from flashtext.kernels.backward import backward, backward_varlen
+from flashtext.kernels.backward import backward_varlen
 from flashtext.kernels.config import MAX_HEAD_DIM
-from flashtext.kernels.dispatch import check_forward_kernel, forward
+from flashtext.kernels.dispatch import (
+    backward,
+    check_backward_kernel,
+    check_forward_kernel,
+    forward,
+)
 from flashtext.kernels.forward import forward_varlen
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -182,30 +191,35 @@ class _FlashAttention(torch.autograd.Function):
     """Autograd wrapper: the forward saves O and lse (not P); the backward recomputes P."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal: bool, sm_scale: float, window: Window, kernel: str):
+    def forward(ctx, q, k, v, causal: bool, sm_scale: float, window: Window, kernel: str,
+                backward_kernel: str):
         o, lse = forward(q, k, v, causal, sm_scale, window, kernel)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.args = (causal, sm_scale, window)
+        ctx.args = (causal, sm_scale, window, backward_kernel)
         return o
 
     @staticmethod
     def backward(ctx, do):
         _no_double_backward()
         q, k, v, o, lse = ctx.saved_tensors
-        causal, sm_scale, window = ctx.args
-        dq, dk, dv = backward(do.to(q.dtype), q, k, v, o, lse, causal, sm_scale, window=window)
-        return dq, dk, dv, None, None, None, None
+        causal, sm_scale, window, backward_kernel = ctx.args
+        dq, dk, dv = backward(do.to(q.dtype), q, k, v, o, lse, causal, sm_scale, window,
+                              backward_kernel)
+        return dq, dk, dv, None, None, None, None, None
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     sm_scale: float | None = None, window_size: Window = (-1, -1), *,
-                    forward_kernel: str = "auto") -> torch.Tensor:
+                    forward_kernel: str = "auto", backward_kernel: str = "auto",
+                    ) -> torch.Tensor:
     """Exact attention ``softmax(sm_scale * q k^T [+ mask]) v`` with FlashAttention kernels
-    (FA3-style Gluon forward on sm_90 where it is faster, FA2 Triton kernels otherwise);
-    differentiable with respect to q, k and v. See the module docstring for what it accepts."""
+    (FA3-style Gluon forward and dK/dV on sm_90 where they are faster, FA2 Triton kernels
+    otherwise); differentiable with respect to q, k and v. See the module docstring for what it
+    accepts."""
     scale, window = _validate(q, k, v, causal, sm_scale, window_size)
     kernel = check_forward_kernel(forward_kernel)
-    return _FlashAttention.apply(q, k, v, causal, scale, window, kernel)
+    return _FlashAttention.apply(q, k, v, causal, scale, window, kernel,
+                                 check_backward_kernel(backward_kernel))
 
 
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -221,11 +235,13 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        o: torch.Tensor, lse: torch.Tensor, causal: bool = False,
-                       sm_scale: float | None = None, window_size: Window = (-1, -1),
+                       sm_scale: float | None = None, window_size: Window = (-1, -1), *,
+                       backward_kernel: str = "auto",
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward kernels alone: (dq, dk, dv) from the forward's O and lse and the incoming
     gradient ``do`` (chapter 11 calls this directly)."""
     scale, window = _validate(q, k, v, causal, sm_scale, window_size)
+    kernel = check_backward_kernel(backward_kernel)
     for name, t in (("do", do), ("o", o)):
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(q.shape):
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
@@ -236,7 +252,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         raise ValueError("lse must be the tensor returned by attention_forward, on q's device")
     with torch.no_grad():
         return backward(do.to(q.dtype), q, k, v, o.to(q.dtype), lse.contiguous(), causal, scale,
-                        window=window)
+                        window, kernel)
 
 
 # ------------------------------------------------------------------ packed (varlen) sequences

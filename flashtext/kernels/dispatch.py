@@ -1,4 +1,4 @@
-"""Which forward kernel runs a dense call: the Gluon FA3-style kernel or the Triton FA2 one.
+"""Which kernels run a dense call: the Gluon FA3-style ones or the Triton FA2 ones.
 
 On an sm_90 GPU the Gluon kernel (:mod:`flashtext.kernels.gluon_forward`, chapter 13) runs the
 forward where it was measured faster than the Triton kernel (:mod:`flashtext.kernels.forward`,
@@ -13,16 +13,24 @@ The rule, from side-by-side H200 runs (``BENCHMARKS.md``, v5):
   each see fewer than :data:`GLUON_MIN_MASKED_KEYS` keys: a query block then has only a few key
   tiles to pipeline, and the Triton kernel (with its 64 x 64 tiles for short causal passes) was
   measured level with the Gluon one or faster.
+
+The backward's dK/dV pass (the larger part of it: four of its seven matmuls) runs the Gluon
+kernel (:mod:`flashtext.kernels.gluon_backward`) wherever it can run the inputs: d = 64 and 128,
+fp16 and bf16, on sm_90, where the H200 measured it 1.2-1.5x faster than the Triton dK/dV pass
+at every length and mask of the sweep (``scripts/probe_gluon_backward.py``). The preprocessing
+and the dQ pass are Triton's either way.
 """
 
 from __future__ import annotations
 
 import torch
 
-from flashtext.kernels import gluon_forward
+from flashtext.kernels import gluon_backward, gluon_forward
+from flashtext.kernels.backward import backward as triton_backward
 from flashtext.kernels.forward import forward as triton_forward
 
 FORWARD_KERNELS = ("auto", "triton", "gluon")
+BACKWARD_KERNELS = ("auto", "triton", "gluon")
 GLUON_HEAD_DIMS = (128, 256)  # at d = 64 the Triton forward is as fast
 GLUON_MIN_MASKED_KEYS = 2048  # a masked d = 128 call whose queries see fewer keys: Triton
 Window = tuple[int, int]
@@ -69,12 +77,29 @@ def choose_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     return "triton"
 
 
+def choose_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                    window: Window = (-1, -1)) -> str:
+    """"gluon" or "triton": the kernel of the dK/dV pass ``flash_attention``'s backward runs
+    (Gluon wherever :func:`~flashtext.kernels.gluon_backward.gluon_dkdv_supported` says it can
+    run these inputs)."""
+    return "gluon" if gluon_backward.gluon_dkdv_supported(q, k, v, causal, window) else "triton"
+
+
+def _check_kernel(name: str, value, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed} ('auto': the faster one these "
+                         f"inputs support), got {value!r}")
+    return value
+
+
 def check_forward_kernel(forward_kernel) -> str:
     """``forward_kernel`` as one of :data:`FORWARD_KERNELS`, or a ValueError naming it."""
-    if forward_kernel not in FORWARD_KERNELS:
-        raise ValueError(f"forward_kernel must be one of {FORWARD_KERNELS} ('auto': the faster "
-                         f"one these inputs support), got {forward_kernel!r}")
-    return forward_kernel
+    return _check_kernel("forward_kernel", forward_kernel, FORWARD_KERNELS)
+
+
+def check_backward_kernel(backward_kernel) -> str:
+    """``backward_kernel`` as one of :data:`BACKWARD_KERNELS`, or a ValueError naming it."""
+    return _check_kernel("backward_kernel", backward_kernel, BACKWARD_KERNELS)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
@@ -96,6 +121,24 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     return triton_forward(q, k, v, causal, sm_scale, window=window)
 
 
-__all__ = ["FORWARD_KERNELS", "GLUON_HEAD_DIMS", "GLUON_MIN_MASKED_KEYS",
-           "check_forward_kernel", "choose_forward", "forward", "prefers_gluon",
-           "widest_key_span"]
+def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             o: torch.Tensor, lse: torch.Tensor, causal: bool, sm_scale: float,
+             window: Window = (-1, -1), backward_kernel: str = "auto",
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) with the dK/dV kernel :func:`choose_backward` picks, or the one
+    ``backward_kernel`` names ("gluon" raises a ValueError on inputs it does not support)."""
+    kernel = choose_backward(q, k, v, causal, window) if backward_kernel == "auto" \
+        else backward_kernel
+    if kernel == "gluon" and not gluon_backward.gluon_dkdv_supported(q, k, v, causal, window):
+        raise ValueError("backward_kernel='gluon' needs inputs the Gluon dK/dV kernel runs: "
+                         "CUDA tensors on an sm_90 GPU with a Triton that has Gluon, float16 or "
+                         f"bfloat16, head_dim in {gluon_backward.HEAD_DIMS}, N_q and N_k >= 1, "
+                         "a unit last stride and 16-byte aligned strides; got "
+                         f"{q.dtype} {tuple(q.shape)} on {q.device}. Use 'auto' or 'triton'")
+    return triton_backward(do, q, k, v, o, lse, causal, sm_scale, window=window,
+                           dkdv_kernel=kernel)
+
+
+__all__ = ["BACKWARD_KERNELS", "FORWARD_KERNELS", "GLUON_HEAD_DIMS", "GLUON_MIN_MASKED_KEYS",
+           "backward", "check_backward_kernel", "check_forward_kernel", "choose_backward",
+           "choose_forward", "forward", "prefers_gluon", "widest_key_span"]
