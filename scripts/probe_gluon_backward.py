@@ -7,8 +7,9 @@ the benchmark's setting (batch * N = 16k tokens, heads * d = 2048), N in {2k, 4k
 causal and not; medians of ``triton.testing.do_bench``:
 
 * ``cudnn``: SDPA's cuDNN backward alone (autograd on a saved graph),
-* ``triton``: ``backward(..., dkdv_kernel="triton")`` (preprocess + dK/dV + dQ, all Triton),
-* ``gluon``: ``backward(..., dkdv_kernel="gluon")`` (the dK/dV pass is the Gluon kernel),
+* ``triton``: ``flashtext.kernels.backward.backward`` (preprocess + dK/dV + dQ, all Triton),
+* ``gluon``: the same backward with its dK/dV pass from the Gluon kernel (preprocess, Gluon
+  dK/dV, Triton dQ),
 * ``gluon_dkdv`` and every tile variant in ``VARIANTS``: the Gluon dK/dV launch alone,
 * ``dq``: the Triton dQ pass alone (so Triton's dK/dV time is ``triton - dq - preprocess``).
 
@@ -28,9 +29,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {"m64_s2": dict(block_m=64, stages=2), "m128_s2": dict(block_m=128, stages=2)}
+
+
+def only_dq(kernel_fn, grid_fn, config, *args, **constexprs):
+    """``launcher.launch`` for the dQ kernel only (stands in for it in ``dq_only``)."""
+    from flashtext.kernels import launcher
+
+    if kernel_fn.__name__ == "_attn_bwd_dq":
+        return launcher.launch(kernel_fn, grid_fn, config, *args, **constexprs)
+    return config
 
 
 def time_group(dtype_name: str, d: int, ns: list[int]) -> list[dict]:
@@ -72,19 +83,29 @@ def time_row(dtype_name: str, d: int, n: int, causal: bool) -> dict:
         o_ref = F.scaled_dot_product_attention(*leaves, is_causal=causal)
 
     def dq_only():
+        """The Triton backward's dQ launch alone (its dK/dV launch is skipped)."""
         dq = torch.empty_like(q)
-        dense = (q, k, v, do, dq, k, v)
-        bw._launch_backward(dense, lse, delta, causal, (-1, -1), scale, None, n, n,
-                            strides=[x for t in dense for x in t.stride()], batch=batch,
-                            lse_strides=(heads * n, n), cu=None, dkdv=False)
+        dense = (q, k, v, do, dq, torch.empty_like(k), torch.empty_like(v))
+        with mock.patch.object(bw, "launch", only_dq):
+            bw._launch_backward(dense, lse, delta, causal, (-1, -1), scale, None, n, n,
+                                strides=[x for t in dense for x in t.stride()], batch=batch,
+                                lse_strides=(heads * n, n), cu=None)
+        return dq
 
     def dkdv(**sw):
         return gb.launch_dkdv(q, k, v, do, lse, delta, causal, scale, **sw)
 
+    def hybrid():
+        """The backward with its dK/dV pass from the Gluon kernel: preprocess, Gluon dK/dV,
+        Triton dQ (in that order, as a wired-in backward would launch them)."""
+        fresh_delta = bw.preprocess(o, do)
+        dk, dv, _ = gb.launch_dkdv(q, k, v, do, lse, fresh_delta, causal, scale)
+        return dq_only(), dk, dv
+
     providers = {
         "cudnn": lambda: torch.autograd.grad(o_ref, leaves, do, retain_graph=True),
         "triton": lambda: bw.backward(do, q, k, v, o, lse, causal, scale),
-        "gluon": lambda: bw.backward(do, q, k, v, o, lse, causal, scale, dkdv_kernel="gluon"),
+        "gluon": hybrid,
         "gluon_dkdv": dkdv,
         "dq": dq_only,
         "preprocess": lambda: bw.preprocess(o, do),
@@ -102,7 +123,7 @@ def time_row(dtype_name: str, d: int, n: int, causal: bool) -> dict:
             row.setdefault("errors", {})[name] = str(exc).splitlines()[0][:300]
     try:
         _, dk_t, dv_t = bw.backward(do, q, k, v, o, lse, causal, scale)
-        _, dk_g, dv_g = bw.backward(do, q, k, v, o, lse, causal, scale, dkdv_kernel="gluon")
+        _, dk_g, dv_g = hybrid()
         row["rel_diff"] = {
             "dk": float((dk_g.float() - dk_t.float()).abs().max() / dk_t.float().abs().max()),
             "dv": float((dv_g.float() - dv_t.float()).abs().max() / dv_t.float().abs().max())}

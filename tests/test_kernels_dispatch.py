@@ -202,7 +202,8 @@ def test_auto_backward_runs_the_gluon_dkdv_where_it_could_run(monkeypatch):
     def fake_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1)):
         calls.append((tuple(q.shape), causal, tuple(window)))
         assert delta.shape == lse.shape == q.shape[:-1]
-        return torch.full(k.shape, 7.0), torch.full(v.shape, 5.0), None
+        return (torch.full(k.shape, 7.0, dtype=k.dtype, device=k.device),
+                torch.full(v.shape, 5.0, dtype=v.dtype, device=v.device), None)
 
     monkeypatch.setattr(gb, "gluon_dkdv_supported", lambda *args: True)
     monkeypatch.setattr(triton_backward_module, "launch_dkdv", fake_dkdv)
