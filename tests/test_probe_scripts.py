@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -399,3 +400,36 @@ def test_record_hopper_previews_the_forward_for_sm90_without_a_gpu():
     assert fwd["ptx"]["wgmma"] > 0 and fwd["ptx"]["mma_sync"] == 0
     assert {"_attn_bwd_dkdv", "_attn_bwd_dq"} <= set(kernels)
     assert len(preview["probes"]) == 3
+
+
+def test_probe_gluon_backward_times_the_triton_dq_pass_alone():
+    """The probe's ``dq`` provider launches the Triton backward's dQ kernel and nothing else;
+    what it computes is the full backward's dQ (here under the interpreter)."""
+    import torch
+
+    from flashtext.kernels import backward as bw
+    from flashtext.kernels.api import attention_forward
+
+    spec = importlib.util.spec_from_file_location(
+        "probe_gluon_backward", SCRIPT.parent / "probe_gluon_backward.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    g = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(1, 2, 40, 16, generator=g) for _ in range(4))
+    o, lse = attention_forward(q, k, v, causal=True)
+    delta = bw.preprocess(o, do)
+    launched = []
+
+    def spy(kernel_fn, *args, **kwargs):
+        launched.append(kernel_fn.__name__)
+        return probe.only_dq(kernel_fn, *args, **kwargs)
+
+    dq = torch.empty_like(q)
+    dense = (q, k, v, do, dq, torch.empty_like(k), torch.empty_like(v))
+    with mock.patch.object(bw, "launch", spy):
+        bw._launch_backward(dense, lse, delta, True, (-1, -1), 0.25, None, 40, 40,
+                            strides=[x for t in dense for x in t.stride()], batch=1,
+                            lse_strides=(80, 40), cu=None)
+    assert launched == ["_attn_bwd_dkdv", "_attn_bwd_dq"]  # the first is passed over
+    want, _, _ = bw.backward(do, q, k, v, o, lse, True, 0.25)
+    assert torch.equal(dq, want)  # the same kernel on the same inputs

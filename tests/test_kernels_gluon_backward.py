@@ -1,0 +1,490 @@
+"""The Gluon FA3-style dK/dV backward (flashtext.kernels.gluon_backward).
+
+It runs only on an sm_90 GPU (Gluon has no interpreter). The GPU tests compare dK and dV with
+the float64 reference under the accuracy rule of ``flashtext.kernels.accuracy`` (at most twice
+PyTorch's error in the same dtype, plus the documented allowances); the CPU tests check what a
+CPU can: the tile plan against the mask, input validation, and that the kernel compiles for
+sm_90 to the instructions FA3 is made of.
+"""
+
+import faulthandler
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from flashtext import reference
+from flashtext.kernels import gluon_backward as gb
+from flashtext.kernels.accuracy import (
+    Case,
+    Errors,
+    cancellation_scale,
+    make_inputs,
+    model_cases,
+    torch_attention,
+)
+from tests.kernel_helpers import DEVICE, ON_GPU, _np, _poisoned, gpu
+
+SM90 = ON_GPU and torch.cuda.get_device_capability() == (9, 0) and gb.HAVE_GLUON
+SM90_REASON = "needs an sm_90 (Hopper) GPU and Triton with Gluon"
+sm90 = pytest.mark.skipif(not SM90, reason=SM90_REASON)
+
+# A warp-specialised kernel that waits on an mbarrier nobody arrives at hangs its process
+# forever. Each GPU test therefore runs under a watchdog that ends the process, and leaves a
+# note so that every later Gluon test fails at once, naming the one that hung (the same notes
+# as tests/test_kernels_gluon.py: a hang in either module stops both).
+GLUON_TEST_SECONDS = 240
+_HANG_NOTES = Path(tempfile.gettempdir()) / (
+    "flashtext-gluon-" + os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid())))
+
+
+@pytest.fixture(autouse=True)
+def _watchdog(request):
+    marks = request.node.iter_markers("skipif")
+    if not SM90 or not any(m.kwargs.get("reason") == SM90_REASON for m in marks):
+        yield  # the CPU tests of this module run no Gluon kernel
+        return
+    _HANG_NOTES.mkdir(exist_ok=True)
+    for note in _HANG_NOTES.glob("*.running"):
+        pid, _, name = note.read_text().partition(" ")
+        if not _alive(int(pid)):
+            pytest.fail(f"an earlier Gluon test hung or crashed its process: {name}")
+    note = _HANG_NOTES / f"{os.getpid()}.running"
+    note.write_text(f"{os.getpid()} {request.node.nodeid}")
+    faulthandler.dump_traceback_later(GLUON_TEST_SECONDS, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        note.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---------------------------------------------------------------- CPU: plan, validation
+
+
+def test_tile_config_fits_shared_memory_and_registers():
+    for d in gb.HEAD_DIMS:
+        block_m, stages = gb.tile_config(d)
+        assert gb.shared_memory_bytes(d, block_m, stages) <= 227 * 1024
+        # dK, dV (64 x d) and S^T, dP^T (64 x BLOCK_M) fp32 accumulators per consumer thread
+        assert (2 * 64 * d + 2 * 64 * block_m) // 128 <= 240 - 32
+    for d in (96, 256):  # 256: dK and dV alone would need 256 of a consumer's 240 registers
+        with pytest.raises(ValueError, match="head_dim"):
+            gb.tile_config(d)
+
+
+def test_kernel_constants():
+    c = gb.kernel_constants(128, causal=True, window=(64, -1))
+    assert (c["HAS_LEFT"], c["HAS_RIGHT"], c["HEAD_DIM"]) == (True, True, 128)
+    c = gb.kernel_constants(64, False, block_m=128, stages=2)
+    assert (c["HAS_LEFT"], c["HAS_RIGHT"], c["BLOCK_M"], c["STAGES"]) == (False, False, 128, 2)
+
+
+def test_not_supported_off_sm90():
+    q = torch.zeros(1, 2, 16, 64, dtype=torch.float16)
+    assert not gb.gluon_dkdv_supported(q, q, q, False)
+    lse = torch.zeros(1, 2, 16)
+    with pytest.raises(ValueError, match="not supported"):
+        gb.launch_dkdv(q, q, q, q, lse, lse, False, 0.125)
+
+
+def _mask(n_q, n_k, causal, window):
+    return reference.window_mask(n_q, n_k, (window[0], 0 if causal else window[1]))
+
+
+WINDOWS = [(-1, -1), (0, 0), (37, 0), (100, 30), (-1, 50), (200, -1), (0, -1), (5, 300)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", WINDOWS)
+def test_dkdv_tile_plan_visits_every_seen_query_tile_and_masks_every_partial_one(causal,
+                                                                               window):
+    """For each program (128 keys): every query tile holding a row that sees one of its keys
+    is visited, the first and last visited tiles hold such a row (no wasted tiles), and for
+    each consumer warpgroup (64 keys) a tile is left unmasked only if each of its rows sees
+    each of the warpgroup's keys (real rows and keys: padding rows read q = dO = 0 with
+    lse = +inf, padding keys write rows nobody stores)."""
+    # every diagonal offset N_k - N_q modulo both tile heights, plus short and lopsided shapes
+    shapes = [(1, 1), (17, 1000), (1000, 17), (700, 300), (2, 600), (600, 2), (129, 129)]
+    shapes += [(200, 200 + delta) for delta in range(-130, 131, 3)]
+    for n_q, n_k in shapes:
+        keep = _mask(n_q, n_k, causal, window)
+        for block_m in (64, 128):
+            for start_n in range(0, n_k, gb.BLOCK_N):
+                lo, hi, masks = gb.dkdv_tile_plan(start_n, n_q, n_k, block_m, causal, window)
+                where = (n_q, n_k, block_m, start_n)
+                assert 0 <= lo <= hi <= -(-n_q // block_m), where
+                seen = keep[:, start_n:start_n + gb.BLOCK_N]
+                rows = np.nonzero(seen.any(axis=1))[0]
+                if rows.size:
+                    assert lo * block_m <= rows.min() and rows.max() < hi * block_m, where
+                else:
+                    assert lo == hi, where
+                for i in {lo, hi - 1} if hi > lo else ():
+                    assert seen[i * block_m:(i + 1) * block_m].any(), where
+                for wg, (mask_below, mask_from) in enumerate(masks):
+                    n0 = start_n + wg * gb.WG_N
+                    wg_keys = keep[:, n0:min(n0 + gb.WG_N, n_k)]
+                    for i in range(lo, hi):
+                        start = i * block_m
+                        masked = start < mask_below or start >= mask_from
+                        block = wg_keys[start:start + block_m]
+                        assert masked or block.size == 0 or block.all(), (*where, wg, i)
+
+
+def test_dkdv_tile_plan_masks_nothing_without_a_mask():
+    for n_q, n_k in ((1, 1), (1000, 17), (300, 700)):
+        for start_n in range(0, n_k, gb.BLOCK_N):
+            lo, hi, masks = gb.dkdv_tile_plan(start_n, n_q, n_k, 64, False)
+            assert (lo, hi) == (0, -(-n_q // 64))
+            for mask_below, mask_from in masks:
+                assert all(mask_below <= i * 64 < mask_from for i in range(lo, hi))
+
+
+def test_dkdv_tile_plan_is_the_kernels_arithmetic():
+    """dkdv_tile_plan repeats the kernel's expressions; if one side changes, so must the
+    other."""
+    import inspect
+
+    src = inspect.getsource(gb._block_coords.fn) + inspect.getsource(gb._dkdv_consumer.fn)
+    for expr in ("lo_off = causal_offset - LEFT", "hi_off = causal_offset + RIGHT",
+                 "last_key = gl.minimum(start_n + 128, N_K) - 1",
+                 "lo_row = gl.maximum(start_n - hi_off, 0)",
+                 "hi_row = gl.maximum(gl.minimum(N_Q, last_key - lo_off + 1), 0)",
+                 "lo = lo_row // BLOCK_M", "hi = gl.maximum(gl.cdiv(hi_row, BLOCK_M), lo)",
+                 "n0 = start_n + WG * 64", "mask_below = n0 + 63 - hi_off",
+                 "mask_from = hi * BLOCK_M", "mask_from = n0 - BLOCK_M + 2 - lo_off",
+                 "need_mask = (start_m < mask_below) | (start_m >= mask_from)"):
+        assert expr in src, expr
+
+
+def _emulate(q, k, v, do, causal, scale, window, block_m):
+    """The kernel's loop in float64 NumPy: per program and warpgroup, the query tiles of
+    :func:`dkdv_tile_plan` for each query head of the group, padding rows (q = dO = 0,
+    lse = +inf, delta = 0) and padding keys (k = v = 0) as the copy engine delivers them, a
+    mask only where the plan says so, dK and dV stored for real keys."""
+    from flashtext.kernels.gluon_forward import _window_bounds
+
+    z, h, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    group = h // h_kv
+    o, lse = reference.attention(q, k, v, causal=causal, scale=scale, return_lse=True,
+                                 window=window)
+    delta = np.sum(do * o, axis=-1)
+    left, right = _window_bounds(causal, window)
+    has_left, has_right = window[0] >= 0, causal or window[1] >= 0
+    lo_off, hi_off = n_k - n_q - left, n_k - n_q + right
+    rows_pad = -(-n_q // block_m) * block_m - n_q
+    keys_pad = -(-n_k // gb.BLOCK_N) * gb.BLOCK_N - n_k
+
+    def pad(a, extra, value=0.0):
+        width = [(0, 0)] * a.ndim
+        width[2] = (0, extra)
+        return np.pad(a, width, constant_values=value)
+
+    qp, dop = pad(q, rows_pad), pad(do, rows_pad)
+    lse2 = pad(np.where(np.isneginf(lse), np.inf, lse), rows_pad, np.inf)
+    deltap = pad(delta, rows_pad)
+    kp, vp = pad(k, keys_pad), pad(v, keys_pad)
+    dk, dv = np.zeros_like(kp), np.zeros_like(vp)
+    for b in range(z):
+        for hk in range(h_kv):
+            for start_n in range(0, n_k, gb.BLOCK_N):
+                lo, hi, masks = gb.dkdv_tile_plan(start_n, n_q, n_k, block_m, causal, window)
+                for wg, (mask_below, mask_from) in enumerate(masks):
+                    keys = np.arange(start_n + wg * gb.WG_N, start_n + (wg + 1) * gb.WG_N)
+                    kk, vv = kp[b, hk, keys], vp[b, hk, keys]
+                    for hq in range(hk * group, (hk + 1) * group):
+                        for i in range(lo, hi):
+                            rows = np.arange(i * block_m, (i + 1) * block_m)
+                            qq, dd = qp[b, hq, rows], dop[b, hq, rows]
+                            s_t = scale * (kk @ qq.T)
+                            if i * block_m < mask_below or i * block_m >= mask_from:
+                                seen = np.ones(s_t.shape, dtype=bool)
+                                if has_right:
+                                    seen &= keys[:, None] <= rows[None, :] + hi_off
+                                if has_left:
+                                    seen &= keys[:, None] >= rows[None, :] + lo_off
+                                s_t = np.where(seen, s_t, -np.inf)
+                            with np.errstate(over="ignore", invalid="ignore"):
+                                p_t = np.exp(s_t - lse2[b, hq, rows][None, :])
+                                ds_t = p_t * (vv @ dd.T - deltap[b, hq, rows][None, :])
+                            dv[b, hk, keys] += p_t @ dd
+                            dk[b, hk, keys] += scale * (ds_t @ qq)
+    return dk[:, :, :n_k], dv[:, :, :n_k]
+
+
+@pytest.mark.parametrize("n_q, n_k, h, h_kv, causal, window", [
+    (1, 1, 2, 1, False, (-1, -1)), (70, 300, 2, 2, True, (-1, -1)),
+    (300, 70, 4, 2, True, (-1, -1)), (200, 260, 2, 1, False, (40, 7)),
+    (150, 400, 2, 2, False, (30, 0)), (129, 129, 2, 2, True, (20, -1)),
+    (100, 200, 2, 2, False, (-1, 10))])
+@pytest.mark.parametrize("block_m", [64, 128])
+def test_the_plan_reproduces_the_gradients(n_q, n_k, h, h_kv, causal, window, block_m):
+    """The kernel's loop emulated in float64 gives the reference dK and dV: skipped tiles hold
+    nothing, unmasked tiles need no mask, padding rows and keys add nothing."""
+    g = np.random.default_rng(n_q + n_k)
+    q, do = (g.standard_normal((2, h, n_q, 16)) for _ in range(2))
+    k, v = (g.standard_normal((2, h_kv, n_k, 16)) for _ in range(2))
+    dk, dv = _emulate(q, k, v, do, causal, 0.3, window, block_m)
+    _, dk_ref, dv_ref = reference.attention_backward(q, k, v, do, causal=causal, scale=0.3,
+                                                     window=window)
+    np.testing.assert_allclose(dk, dk_ref, atol=1e-10, rtol=1e-10)
+    np.testing.assert_allclose(dv, dv_ref, atol=1e-10, rtol=1e-10)
+
+
+_COMPILE = textwrap.dedent("""
+    import json, torch
+    from flashtext.bench.static_compile import sass_of
+    from flashtext.kernels.gluon_backward import compile_sm90_dkdv
+    out = {}
+    for dtype in (torch.float16, torch.bfloat16):
+        for d in (64, 128):
+            for causal in (False, True):
+                window = (200, -1) if causal and d == 128 else (-1, -1)
+                c = compile_sm90_dkdv(d, dtype, causal, window)
+                sass = sass_of(c.asm["cubin"])
+                counts = {k: sass.count(k) for k in ("HGMMA", "USETMAXREG", "HMMA",
+                                                     "UTMALDG", "UTMASTG", "MUFU.EX2")} \\
+                    if sass is not None else None
+                ptx = c.asm["ptx"]
+                out[f"{dtype} {d} {causal}"] = dict(sass=counts, shared=c.metadata.shared,
+                    wgmma=ptx.count("wgmma.mma_async"),
+                    inc240=ptx.count("setmaxnreg.inc.sync.aligned.u32 \\t240"))
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.skipif(not gb.HAVE_GLUON, reason="this Triton has no Gluon")
+def test_compiles_for_sm90_without_a_gpu():
+    """Triton compiles (and its bundled ptxas assembles) every variant for sm_90 on any
+    machine; in a fresh process, because the interpreter, on here, would take over."""
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(results) == 8
+    for name, r in results.items():
+        d = int(name.split()[1])
+        block_m, _ = gb.tile_config(d)
+        # per consumer: S^T and dP^T (d / 16 k-steps each), dV and dK (BLOCK_M / 16 each)
+        assert r["wgmma"] == 2 * (2 * d // 16 + 2 * block_m // 16), name
+        assert r["inc240"] == 2, name  # both consumers get 240 registers
+        assert r["shared"] <= 227 * 1024, name
+        if r["sass"] is None:
+            pytest.skip("no cuobjdump to read the SASS with")
+        sass = r["sass"]
+        assert sass["HGMMA"] == r["wgmma"] and sass["HMMA"] == 0, name
+        assert sass["USETMAXREG"] > 0 and sass["MUFU.EX2"] > 0, name
+        assert sass["UTMALDG"] >= 4 and sass["UTMASTG"] >= 2, name  # Q, dO, K, V; dK, dV
+
+
+# ---------------------------------------------------------------- GPU: against float64
+
+
+def _check(q, k, v, do, causal, scale=None, window=(-1, -1)):
+    """Run the kernel (lse from the forward, delta from the backward's preprocessing) and hold
+    dK and dV to the accuracy rule. Returns (dk, dv)."""
+    from flashtext.kernels.api import attention_forward
+    from flashtext.kernels.backward import preprocess
+
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    o, lse = attention_forward(q, k, v, causal=causal, sm_scale=scale, window_size=window)
+    delta = preprocess(o, do)
+    assert gb.gluon_dkdv_supported(q, k, v, causal, window)
+    dk, dv, _ = gb.launch_dkdv(q, k, v, do, lse, delta, causal, scale, window)
+    torch.cuda.synchronize()
+    _, lse_ref = reference.attention(q, k, v, causal=causal, scale=scale, return_lse=True,
+                                     window=window)
+    _, dk_ref, dv_ref = reference.attention_backward(q, k, v, do, causal=causal, scale=scale,
+                                                     window=window)
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    o_pt, _ = torch_attention(*leaves, causal=causal, sm_scale=scale, window=window)
+    _, dk_pt, dv_pt = torch.autograd.grad(o_pt, leaves, do)
+    ours = {"dk": _max_abs(_np(dk), dk_ref), "dv": _max_abs(_np(dv), dv_ref)}
+    theirs = {"dk": _max_abs(_np(dk_pt), dk_ref), "dv": _max_abs(_np(dv_pt), dv_ref)}
+    finite = lse_ref[np.isfinite(lse_ref)]
+    sizes = {"lse": float(np.max(np.abs(finite), initial=0.0)),
+             "dk": float(np.max(np.abs(dk_ref), initial=0.0)),
+             "dv": float(np.max(np.abs(dv_ref), initial=0.0))}
+    sizes.update(cancellation_scale(q, k, v, do, causal, scale, window))
+    err = Errors("gluon dkdv", q.dtype, ours, theirs, sizes, approx_exp=True)
+    assert not err.failures(), err.failures()
+    return dk, dv
+
+
+def _max_abs(a, b):
+    return float(np.max(np.abs(a - b), initial=0.0)) if np.isfinite(a).all() else math.inf
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("d", gb.HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n_q, n_k", [(1, 1), (17, 1000), (1000, 17), (129, 129),
+                                      (300, 700), (256, 256)])
+def test_ragged_lengths(dtype, d, causal, n_q, n_k):
+    case = Case(2, 3, n_q, n_k, d, causal, dtype, seed=n_q + n_k + d)
+    _check(*make_inputs(case, DEVICE), causal)
+
+
+MODEL_SWEEP = [c for c in model_cases("gpu", ("float16", "bfloat16"))
+               if c.head_dim in gb.HEAD_DIMS]
+
+
+def test_model_sweep_has_gqa_and_windows():
+    assert {c.heads // (c.heads_kv or c.heads) for c in MODEL_SWEEP} >= {1, 4, 8}
+    assert len({c.window for c in MODEL_SWEEP}) >= 3
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("case", MODEL_SWEEP, ids=Case.label)
+def test_model_sweep(case):
+    """The real-model cases (grouped K/V heads, sliding windows) through the dK/dV kernel."""
+    _check(*make_inputs(case, DEVICE), case.causal, window=case.window)
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("window", [(64, 0), (100, 30), (-1, 50), (200, -1), (0, 0)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sliding_windows(window, causal):
+    case = Case(2, 2, 333, 600, 128, causal, "float16", seed=7)
+    _check(*make_inputs(case, DEVICE), causal, window=window)
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("h, h_kv", [(8, 1), (8, 2), (6, 3)])
+def test_gqa_sums_over_the_group(h, h_kv):
+    case = Case(2, h, 257, 513, 64, True, "bfloat16", seed=h * 10 + h_kv, heads_kv=h_kv)
+    q, k, v, do = make_inputs(case, DEVICE)
+    _check(q, k, v, do, True)
+    _check(q, k, v, do, False, window=(128, 16))
+
+
+@sm90
+@gpu
+def test_keys_no_query_sees_get_zero_gradients():
+    # a window leaves the first keys unseen when N_k > N_q + left: whole key blocks visit no
+    # query tile and must still write dK = dV = 0
+    q, k, v, do = make_inputs(Case(1, 2, 100, 700, 64, False, "float16", seed=2), DEVICE)
+    dk, dv = _check(q, k, v, do, False, window=(50, 0))
+    assert torch.all(dk[:, :, :550] == 0) and torch.all(dv[:, :, :550] == 0)
+
+
+@sm90
+@gpu
+def test_queries_that_see_no_key():
+    # causal with N_q > N_k: the first N_q - N_k queries see nothing (lse = -inf)
+    _check(*make_inputs(Case(1, 2, 700, 50, 128, True, "float16", seed=4), DEVICE), True)
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_long_sequences_wrap_the_ring_many_times(causal):
+    # 32 query tiles x 2 query heads per program over a ring of 3 slots; float64 reference
+    # of moderate size (its backward holds several N_q x N_k arrays per head)
+    case = Case(1, 4, 2048, 2048, 128, causal, "bfloat16", seed=3, heads_kv=2)
+    _check(*make_inputs(case, DEVICE), causal)
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("sm_scale", [-0.3, 0.0, 2.0])
+def test_scale_sign_and_size(sm_scale):
+    q, k, v, do = make_inputs(Case(1, 2, 200, 300, 64, False, "float16", seed=11), DEVICE)
+    _check(q, k, v, do, False, scale=sm_scale)
+    _check(q, k, v, do, True, scale=sm_scale)
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("overrides", [dict(stages=3), dict(block_m=64, stages=4)], ids=str)
+def test_tile_variants_agree(overrides):
+    q, k, v, do = make_inputs(Case(2, 2, 1000, 777, 64, True, "bfloat16", seed=5), DEVICE)
+    from flashtext.kernels.api import attention_forward
+    from flashtext.kernels.backward import preprocess
+
+    o, lse = attention_forward(q, k, v, causal=True, sm_scale=0.125)
+    delta = preprocess(o, do)
+    dk0, dv0, _ = gb.launch_dkdv(q, k, v, do, lse, delta, True, 0.125)
+    dk1, dv1, _ = gb.launch_dkdv(q, k, v, do, lse, delta, True, 0.125, **overrides)
+    # another compiled kernel (another ring depth or tile height): rounding only
+    torch.testing.assert_close(dk1, dk0, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(dv1, dv0, atol=2e-2, rtol=2e-2)
+    _check(q, k, v, do, True, scale=0.125)  # and the default variant keeps the rule
+
+
+@sm90
+@gpu
+def test_strided_views_and_poisoned_padding():
+    # (batch, seq, heads, dim) storage seen as (batch, heads, seq, dim), and views inside
+    # NaN-filled buffers: any read past a row or past N turns dK / dV into NaN
+    g = torch.Generator().manual_seed(5)
+    qs, ks, vs, dos = (torch.randn(2, 300, 4, 128, generator=g).to(DEVICE, torch.float16)
+                       for _ in range(4))
+    q, k, v, do = (t.transpose(1, 2) for t in (qs, ks, vs, dos))
+    assert not q.is_contiguous() and gb.gluon_dkdv_supported(q, k, v, True)
+    dk, dv = _check(q, k, v, do, True)
+    qp, kp, vp, dop = (_poisoned(t.contiguous()) for t in (q, k, v, do))
+    from flashtext.kernels.api import attention_forward
+    from flashtext.kernels.backward import preprocess
+
+    o, lse = attention_forward(q, k, v, causal=True, sm_scale=128**-0.5)
+    dk_p, dv_p, _ = gb.launch_dkdv(qp, kp, vp, dop, lse, preprocess(o, do), True, 128**-0.5)
+    assert torch.isfinite(dk_p).all() and torch.isfinite(dv_p).all()
+
+
+@sm90
+@gpu
+def test_deterministic():
+    q, k, v, do = make_inputs(Case(2, 4, 1000, 1000, 128, True, "bfloat16", heads_kv=2),
+                              DEVICE)
+    from flashtext.kernels.api import attention_forward
+    from flashtext.kernels.backward import preprocess
+
+    o, lse = attention_forward(q, k, v, causal=True, sm_scale=0.1)
+    delta = preprocess(o, do)
+    a = gb.launch_dkdv(q, k, v, do, lse, delta, True, 0.1)
+    b = gb.launch_dkdv(q, k, v, do, lse, delta, True, 0.1)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])  # no atomics
+
+
+@sm90
+@gpu
+def test_supported_says_no_to_what_it_cannot_run():
+    q = torch.zeros(1, 2, 64, 128, device=DEVICE, dtype=torch.float16)
+    assert gb.gluon_dkdv_supported(q, q, q, True)
+    q256 = torch.zeros(1, 2, 64, 256, device=DEVICE, dtype=torch.float16)
+    assert not gb.gluon_dkdv_supported(q256, q256, q256, False)  # head_dim 256
+    assert not gb.gluon_dkdv_supported(q.float(), q.float(), q.float(), True)  # fp32
+    k3 = torch.zeros(1, 3, 64, 128, device=DEVICE, dtype=torch.float16)
+    assert not gb.gluon_dkdv_supported(q, k3, k3, False)  # 2 query heads over 3 kv heads
+    assert not gb.gluon_dkdv_supported(q, q, q, False, window=(-2, 0))
+    assert not gb.gluon_dkdv_supported(q[:, :, :0], q, q, False)  # empty
+    lse = torch.zeros(1, 2, 64, device=DEVICE)
+    with pytest.raises(ValueError, match="lse"):
+        gb.launch_dkdv(q, q, q, q, lse[:, :, :3], lse, False, 0.1)
