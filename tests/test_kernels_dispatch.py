@@ -25,11 +25,12 @@ SM90 = ON_GPU and torch.cuda.get_device_capability() == (9, 0) and gf.HAVE_GLUON
 sm90 = pytest.mark.skipif(not SM90, reason="needs an sm_90 (Hopper) GPU and Triton with Gluon")
 
 
-def _brute_span(n_q, n_k, causal, window):
+def _brute_span(n_q, n_k, causal, window, axis=1):
+    """The most keys a query sees (axis 1), or the most queries a key is seen by (axis 0)."""
     left, right = window
     keep = reference.window_mask(n_q, n_k, (left, 0 if causal else right)) if (
         causal or window != (-1, -1)) else np.ones((n_q, n_k), bool)
-    return int(keep.sum(axis=1).max(initial=0))
+    return int(keep.sum(axis=axis).max(initial=0))
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -39,6 +40,8 @@ def test_widest_key_span_is_the_most_keys_any_query_sees(causal, window):
     for n_q, n_k in itertools.product([0, 1, 7, 16, 33], [0, 1, 9, 16, 40]):
         got = dispatch.widest_key_span(n_q, n_k, causal, window)
         assert got == _brute_span(n_q, n_k, causal, window), (n_q, n_k, causal, window)
+        got = dispatch.widest_query_span(n_q, n_k, causal, window)
+        assert got == _brute_span(n_q, n_k, causal, window, axis=0), (n_q, n_k, causal, window)
 
 
 def test_the_rule_by_shape():
@@ -181,8 +184,24 @@ def test_backward_kernel_is_checked():
         triton_backward_module.backward(q, q, q, q, o, lse, False, 0.25, dkdv_kernel="cuda")
 
 
+def test_the_backward_rule_by_shape():
+    at = dispatch.GLUON_MIN_BACKWARD_QUERIES
+    assert at == 2048
+    for d in (64, 128):
+        for causal in (False, True):
+            assert not dispatch.prefers_gluon_backward(d, at - 1, at - 1, causal)
+            assert dispatch.prefers_gluon_backward(d, at, at, causal)  # key 0: every query
+        # the queries a key is seen by, not the keys: one long K/V, few queries -> Triton
+        assert not dispatch.prefers_gluon_backward(d, 64, 65536, False)
+        assert dispatch.prefers_gluon_backward(d, 65536, 64, False)
+        assert not dispatch.prefers_gluon_backward(d, 65536, 65536, True, (at - 2, 0))
+        assert dispatch.prefers_gluon_backward(d, 65536, 65536, True, (at - 1, 0))
+    for d in (32, 96, 256):  # head dims the Gluon dK/dV does not have
+        assert not dispatch.prefers_gluon_backward(d, 65536, 65536, False)
+
+
 def test_cpu_float32_and_d256_inputs_run_the_triton_dkdv():
-    q = torch.randn(1, 2, 64, 128)
+    q = torch.randn(1, 2, 2048, 128)
     assert dispatch.choose_backward(q, q, q, False) == "triton"  # not on an sm_90 GPU
     if SM90:
         g = q.cuda()
@@ -190,13 +209,17 @@ def test_cpu_float32_and_d256_inputs_run_the_triton_dkdv():
         for d in (64, 128):
             h = g[..., :d].half().contiguous()
             assert dispatch.choose_backward(h, h, h, True) == "gluon"
-        h = torch.randn(1, 2, 64, 256, device="cuda", dtype=torch.float16)
+            assert dispatch.choose_backward(h[:, :, :2047], h[:, :, :2047], h[:, :, :2047],
+                                            True) == "triton"  # fewer queries than the rule's
+        h = torch.randn(1, 2, 2048, 256, device="cuda", dtype=torch.float16)
         assert dispatch.choose_backward(h, h, h, False) == "triton"  # d = 256: no Gluon dK/dV
 
 
-def test_auto_backward_runs_the_gluon_dkdv_where_it_could_run(monkeypatch):
-    """Routing: with the Gluon dK/dV's support check and launch stood in for, "auto" and
-    "gluon" take dK and dV from it (and dQ from the Triton pass), "triton" never calls it."""
+def test_auto_backward_follows_the_rule_where_the_gluon_dkdv_could_run(monkeypatch):
+    """Routing: with the Gluon dK/dV's support check and launch stood in for (and the rule's
+    threshold scaled down to the interpreter's lengths), "auto" takes dK and dV from it exactly
+    where the rule says and "gluon" always (dQ from the Triton pass either way); "triton" never
+    calls it."""
     calls = []
 
     def fake_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1)):
@@ -207,17 +230,26 @@ def test_auto_backward_runs_the_gluon_dkdv_where_it_could_run(monkeypatch):
 
     monkeypatch.setattr(gb, "gluon_dkdv_supported", lambda *args: True)
     monkeypatch.setattr(triton_backward_module, "launch_dkdv", fake_dkdv)
+    monkeypatch.setattr(dispatch, "GLUON_MIN_BACKWARD_QUERIES", 40)
     g = torch.Generator().manual_seed(3)
-    q, k, v, do = (torch.randn(1, 2, 40, 32, generator=g).to(DEVICE) for _ in range(4))
+    q, k, v, do = (torch.randn(1, 2, 40, 64, generator=g).to(DEVICE) for _ in range(4))
     o, lse = attention_forward(q, k, v, causal=True)
     want = attention_backward(do, q, k, v, o, lse, causal=True, backward_kernel="triton")
     assert calls == []
-    for kernel in ("auto", "gluon"):
+    for kernel, window in (("auto", (-1, -1)), ("gluon", (-1, -1)), ("gluon", (9, -1))):
         calls.clear()
-        dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal=True, window_size=(9, -1),
+        dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal=True, window_size=window,
                                         backward_kernel=kernel)
-        assert calls == [((1, 2, 40, 32), True, (9, -1))], kernel
+        assert calls == [((1, 2, 40, 64), True, window)], kernel
         assert bool((dk == 7.0).all()) and bool((dv == 5.0).all())
+    calls.clear()  # a window: each key seen by 10 queries at most -> Triton
+    attention_backward(do, q, k, v, o, lse, causal=True, window_size=(9, -1))
+    assert calls == []
+    calls.clear()  # below the threshold: a key seen by 39 queries at most -> Triton
+    attention_backward(do[:, :, :39], q[:, :, :39], k[:, :, :39], v[:, :, :39],
+                       *attention_forward(q[:, :, :39], k[:, :, :39], v[:, :, :39], causal=True),
+                       causal=True)
+    assert calls == []
     # dQ is the Triton pass's whichever kernel made dK and dV: the same code, bitwise
     dq, _, _ = attention_backward(do, q, k, v, o, lse, causal=True, backward_kernel="auto")
     assert torch.equal(dq, want[0])
@@ -236,10 +268,11 @@ def test_auto_backward_runs_the_gluon_dkdv_where_it_could_run(monkeypatch):
 @sm90
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("d, n, causal, window, h_kv", [
-    (64, 333, False, (-1, -1), 4), (128, 2100, True, (-1, -1), 2),
-    (64, 1500, True, (300, 0), 1), (128, 777, False, (100, 50), 4)])
+    (64, 2048, False, (-1, -1), 4), (128, 2100, True, (-1, -1), 2),
+    (64, 3000, True, (2100, 0), 1), (128, 2500, False, (1500, 600), 4)])
 def test_default_backward_runs_the_gluon_dkdv_and_is_accurate(monkeypatch, dtype, d, n,
                                                               causal, window, h_kv):
+    assert dispatch.prefers_gluon_backward(d, n, n, causal, window)
     ran = []
     real = triton_backward_module.launch_dkdv
 
@@ -267,3 +300,12 @@ def test_default_backward_runs_the_gluon_dkdv_and_is_accurate(monkeypatch, dtype
     for name, leaf, w in zip("qkv", leaves, want, strict=True):
         tol = 4 * u * float(w.abs().max())
         assert float((leaf.grad - w).abs().max()) <= tol, f"d{name}"
+
+
+@sm90
+def test_short_backward_runs_the_triton_dkdv(monkeypatch):
+    monkeypatch.setattr(triton_backward_module, "launch_dkdv",
+                        lambda *a, **k: pytest.fail("the Gluon dK/dV ran"))
+    q = torch.randn(1, 2, 1024, 128, device="cuda", dtype=torch.float16, requires_grad=True)
+    flash_attention(q, q, q, causal=True).sum().backward()
+    assert torch.isfinite(q.grad).all()

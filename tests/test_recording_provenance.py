@@ -262,8 +262,9 @@ def test_record_hopper_describes_each_launch_with_what_ran():
 
 def test_record_hopper_captures_the_gluon_forward_where_sm90_runs_it():
     """Without a GPU the capture takes sm_90's choice of kernels: the Gluon forward for a
-    long d = 128 call, the Triton one for a short causal one; the Gluon dK/dV at d = 64 and 128
-    (between the Triton preprocessing and dQ passes), the Triton one where asked for."""
+    long d = 128 call, the Triton one for a short causal one; the Gluon dK/dV for long calls at
+    d = 64 and 128 (between the Triton preprocessing and dQ passes), the Triton one for short
+    calls and where asked for."""
     from types import SimpleNamespace
 
     from flashtext.kernels import dispatch
@@ -277,20 +278,24 @@ def test_record_hopper_captures_the_gluon_forward_where_sm90_runs_it():
                 for c in seen]
 
     rh = _record_hopper()
-    backward = ["_attn_bwd_preprocess", "gluon dkdv", "_attn_bwd_dq"]
+    gluon_backward = ["_attn_bwd_preprocess", "gluon dkdv", "_attn_bwd_dq"]
     triton_backward = ["_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"]
-    for causal, n in ((False, 256), (True, 2048), (True, 1024)):
-        seen, _ = rh.dispatched_launches("float16", 128, causal, n, "cpu", run=False)
-        gluon = dispatch.prefers_gluon(128, n, n, causal)
-        assert names(seen) == ["gluon forward" if gluon else "_attn_fwd", *backward]
-    seen, _ = rh.dispatched_launches("float16", 64, True, 100, "cpu", run=False)
-    assert names(seen) == ["_attn_fwd", *backward]
+    for d, causal, n in ((128, False, 256), (128, True, 2048), (128, True, 1024),
+                         (64, True, 2048), (64, False, 100)):
+        seen, _ = rh.dispatched_launches("float16", d, causal, n, "cpu", run=False)
+        forward = "gluon forward" if dispatch.prefers_gluon(d, n, n, causal) else "_attn_fwd"
+        backward = gluon_backward if dispatch.prefers_gluon_backward(d, n, n, causal) \
+            else triton_backward
+        assert names(seen) == [forward, *backward], (d, causal, n)
+    assert {tuple(names(rh.dispatched_launches("float16", 64, True, n, "cpu", run=False)[0]))
+            for n in (100, 2048)} == {("_attn_fwd", *b) for b in (gluon_backward,
+                                                                  triton_backward)}
     seen, _ = rh.dispatched_launches("float16", 128, False, 256, "cpu", run=False,
                                      forward_kernel="triton", backward_kernel="triton")
     assert names(seen) == ["_attn_fwd", *triton_backward]
     seen, _ = rh.dispatched_launches("float32", 128, False, 256, "cpu", run=False)
     assert names(seen) == ["_attn_fwd", *triton_backward]  # float32: Triton's kernels only
-    dkdv = rh.dispatched_launches("float16", 64, True, 300, "cpu", run=False)[0][2]
+    dkdv = rh.dispatched_launches("float16", 64, True, 2048, "cpu", run=False)[0][2]
     assert dkdv.kind == "dkdv" and (dkdv.head_dim, dkdv.causal) == (64, True)
     dkdv.kernel = SimpleNamespace(
         name="_attn_bwd_dkdv_ws", asm={"ptx": "setmaxnreg.inc.sync.aligned.u32 240; "

@@ -38,12 +38,18 @@ class Provider:
 def _prepare_flashtext(forward_kernel: str, backward_kernel: str,
                        ) -> Callable[[Config, str, Settings], Prepared]:
     def prepare(cfg: Config, device: str, s: Settings) -> Prepared:
-        from flashtext.kernels import flash_attention  # lazily: the kernel may be under repair
+        from flashtext.kernels import (
+            flash_attention,  # lazily: the kernel may be under repair
+            gluon_backward,
+        )
+
+        # "gluon": the Gluon dK/dV at every length, where it has the head dimension
+        backward = backward_kernel if backward_kernel != "gluon" or \
+            cfg.d in gluon_backward.HEAD_DIMS else "triton"
 
         def attn(q, k, v):
             return flash_attention(q, k, v, causal=cfg.causal, sm_scale=cfg.scale,
-                                   forward_kernel=forward_kernel,
-                                   backward_kernel=backward_kernel)
+                                   forward_kernel=forward_kernel, backward_kernel=backward)
 
         return Prepared(attn)
 
@@ -144,17 +150,17 @@ def _skip_gluon(cfg: Config, s: Settings, gpu: bool) -> str | None:
 
 PROVIDERS: dict[str, Provider] = {p.name: p for p in (
     Provider("ours", "flashtext (ours)", "flashtext.kernels.flash_attention as it runs by "
-             "default (on sm_90 the Gluon FA3-style forward where it is faster and the Gluon "
-             "dK/dV wherever it runs, else the Triton FA2 kernels)",
+             "default (on sm_90 the Gluon FA3-style forward and dK/dV where they are faster, "
+             "else the Triton FA2 kernels)",
              _prepare_flashtext("auto", "auto"), _skip_ours),
     Provider("triton", "flashtext Triton", "flashtext.kernels.flash_attention with "
              "forward_kernel='triton', backward_kernel='triton' (this book's Triton "
              "FlashAttention-2 kernels alone)", _prepare_flashtext("triton", "triton"),
              _skip_ours),
     Provider("gluon", "flashtext Gluon", "flashtext.kernels.flash_attention with "
-             "forward_kernel='gluon', backward_kernel='auto' (the Gluon FA3-style forward "
-             "wherever it runs, the Gluon dK/dV wherever it runs; dQ is Triton's)",
-             _prepare_flashtext("gluon", "auto"), _skip_gluon),
+             "forward_kernel='gluon', backward_kernel='gluon' (the Gluon FA3-style forward "
+             "and dK/dV at every length, the latter at d = 64 and 128; dQ is Triton's)",
+             _prepare_flashtext("gluon", "gluon"), _skip_gluon),
     Provider("cudnn", "SDPA cuDNN", "torch SDPA, CUDNN_ATTENTION backend",
              _sdpa("CUDNN_ATTENTION")),
     Provider("flash", "SDPA flash (FA2)", "torch SDPA, FLASH_ATTENTION backend "

@@ -33,9 +33,10 @@ What they accept (anything else raises ``ValueError`` naming the argument and wh
   forward everywhere else; "triton" or "gluon" asks for one ("gluon" raises on inputs it does
   not support).
 * ``backward_kernel`` (dense calls): "auto" computes dK and dV with the Gluon FA3-style kernel on
-  an sm_90 GPU wherever it runs (d = 64 and 128, fp16 and bf16) and with the Triton kernel
-  everywhere else; "triton" or "gluon" asks for one. The preprocessing and dQ are Triton's
-  either way, and either forward feeds either backward (both write the same O and lse).
+  an sm_90 GPU where it is the faster one (d = 64 and 128, fp16 and bf16, long enough sequences:
+  :mod:`flashtext.kernels.dispatch` says where) and with the Triton kernel everywhere else;
+  "triton" or "gluon" asks for one. The preprocessing and dQ are Triton's either way, and
+  either forward feeds either backward (both write the same O and lse).
 """
 
 from __future__ import annotations

@@ -15,10 +15,13 @@ The rule, from side-by-side H200 runs (``BENCHMARKS.md``, v5):
   measured level with the Gluon one or faster.
 
 The backward's dK/dV pass (the larger part of it: four of its seven matmuls) runs the Gluon
-kernel (:mod:`flashtext.kernels.gluon_backward`) wherever it can run the inputs: d = 64 and 128,
-fp16 and bf16, on sm_90, where the H200 measured it 1.2-1.5x faster than the Triton dK/dV pass
-at every length and mask of the sweep (``scripts/probe_gluon_backward.py``). The preprocessing
-and the dQ pass are Triton's either way.
+kernel (:mod:`flashtext.kernels.gluon_backward`) where it can run the inputs (d = 64 and 128,
+fp16 and bf16, on sm_90) and some key is seen by at least :data:`GLUON_MIN_BACKWARD_QUERIES`
+queries: there the H200 measured it 1.35-1.53x (d = 128) and 1.12-1.46x (d = 64) as fast as
+the Triton dK/dV pass (``scripts/probe_gluon_backward.py``). A program of the Gluon kernel
+loops over the query tiles that see its keys, and with fewer of them (N = 512 and 1k in the
+sweep) its backward ran 0.63-1.20x as fast as the Triton one. The preprocessing and the dQ pass
+are Triton's either way.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ FORWARD_KERNELS = ("auto", "triton", "gluon")
 BACKWARD_KERNELS = ("auto", "triton", "gluon")
 GLUON_HEAD_DIMS = (128, 256)  # at d = 64 the Triton forward is as fast
 GLUON_MIN_MASKED_KEYS = 2048  # a masked d = 128 call whose queries see fewer keys: Triton
+GLUON_MIN_BACKWARD_QUERIES = 2048  # a backward whose keys are each seen by fewer: Triton dK/dV
 Window = tuple[int, int]
 
 
@@ -54,6 +58,22 @@ def widest_key_span(n_q: int, n_k: int, causal: bool, window: Window = (-1, -1))
         return 0
     rows = {0, n_q - 1, left - off, n_k - 1 - off - right}
     return max(seen(min(max(i, 0), n_q - 1)) for i in rows)
+
+
+def widest_query_span(n_q: int, n_k: int, causal: bool, window: Window = (-1, -1)) -> int:
+    """The most queries any one key is seen by: :func:`widest_key_span` of the transposed
+    problem (key j is seen by queries [j - off - right, j - off + left], off = N_k - N_q)."""
+    left, right = window
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    return widest_key_span(n_k, n_q, False, (right, left))
+
+
+def prefers_gluon_backward(head_dim: int, n_q: int, n_k: int, causal: bool,
+                           window: Window = (-1, -1)) -> bool:
+    """The dK/dV rule alone, by shape: is the Gluon dK/dV the faster one on sm_90 here?"""
+    return head_dim in gluon_backward.HEAD_DIMS and \
+        widest_query_span(n_q, n_k, causal, window) >= GLUON_MIN_BACKWARD_QUERIES
 
 
 def prefers_gluon(head_dim: int, n_q: int, n_k: int, causal: bool,
@@ -80,9 +100,13 @@ def choose_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
 def choose_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                     window: Window = (-1, -1)) -> str:
     """"gluon" or "triton": the kernel of the dK/dV pass ``flash_attention``'s backward runs
-    (Gluon wherever :func:`~flashtext.kernels.gluon_backward.gluon_dkdv_supported` says it can
-    run these inputs)."""
-    return "gluon" if gluon_backward.gluon_dkdv_supported(q, k, v, causal, window) else "triton"
+    (Gluon where it can run these inputs,
+    :func:`~flashtext.kernels.gluon_backward.gluon_dkdv_supported`, and is the faster one,
+    :func:`prefers_gluon_backward`)."""
+    if gluon_backward.gluon_dkdv_supported(q, k, v, causal, window) and \
+            prefers_gluon_backward(q.shape[-1], q.shape[2], k.shape[2], causal, window):
+        return "gluon"
+    return "triton"
 
 
 def _check_kernel(name: str, value, allowed: tuple[str, ...]) -> str:
@@ -139,6 +163,8 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                            dkdv_kernel=kernel)
 
 
-__all__ = ["BACKWARD_KERNELS", "FORWARD_KERNELS", "GLUON_HEAD_DIMS", "GLUON_MIN_MASKED_KEYS",
-           "backward", "check_backward_kernel", "check_forward_kernel", "choose_backward",
-           "choose_forward", "forward", "prefers_gluon", "widest_key_span"]
+__all__ = ["BACKWARD_KERNELS", "FORWARD_KERNELS", "GLUON_HEAD_DIMS",
+           "GLUON_MIN_BACKWARD_QUERIES", "GLUON_MIN_MASKED_KEYS", "backward",
+           "check_backward_kernel", "check_forward_kernel", "choose_backward", "choose_forward",
+           "forward", "prefers_gluon", "prefers_gluon_backward", "widest_key_span",
+           "widest_query_span"]

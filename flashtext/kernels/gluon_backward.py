@@ -35,9 +35,9 @@ FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608) organises it, in the style
 * Programs run key block by key block of one head: with a causal mask the first blocks, which
   every later query sees, are the longest and start first.
 
-``flash_attention``'s backward runs it for the dK/dV pass on sm_90 wherever
-:func:`gluon_dkdv_supported` holds (:mod:`flashtext.kernels.dispatch`); its measured speed is in
-``BENCHMARKS.md``.
+``flash_attention``'s backward runs it for the dK/dV pass on sm_90 where
+:func:`gluon_dkdv_supported` holds and the rule of :mod:`flashtext.kernels.dispatch` picks it
+(long enough sequences); its measured speed is in ``BENCHMARKS.md``.
 
 Head dimensions 64 and 128. 256 does not fit this organisation: dK and dV of 64 keys x 256 are
 128 fp32 registers a thread each, 256 together, over the 240 a consumer thread can have before
