@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import flashtext
-from flashtext.kernels.accuracy import sweep_cases
+from flashtext.kernels.accuracy import model_cases, sweep_cases
 
 DEVICE = flashtext.torch_device()
 ON_GPU = flashtext.on_gpu()
@@ -49,3 +49,14 @@ def _poisoned(t: torch.Tensor, extra_rows: int = 48, extra_cols: int = 32) -> to
                      device=t.device)
     big[:, :, :n, :d] = t
     return big[:, :, :n, :d]
+
+
+def gpu_model_sweep(head_dims) -> list:
+    """The real-model cases (fp16, bf16) at the head dimensions a kernel has."""
+    return [c for c in model_cases("gpu", ("float16", "bfloat16")) if c.head_dim in head_dims]
+
+
+def assert_has_gqa_and_windows(cases) -> None:
+    """A model sweep still holds K/V groups of 1, 4 and 8 query heads and three windows."""
+    assert {c.heads // (c.heads_kv or c.heads) for c in cases} >= {1, 4, 8}
+    assert len({c.window for c in cases}) >= 3

@@ -7,15 +7,12 @@ CPU can: the tile plan against the mask, input validation, and that the kernel c
 sm_90 to the instructions FA3 is made of.
 """
 
-import faulthandler
 import json
 import math
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,54 +25,17 @@ from flashtext.kernels.accuracy import (
     Errors,
     cancellation_scale,
     make_inputs,
-    model_cases,
     torch_attention,
 )
-from tests.kernel_helpers import DEVICE, ON_GPU, _np, _poisoned, gpu
-
-SM90 = ON_GPU and torch.cuda.get_device_capability() == (9, 0) and gb.HAVE_GLUON
-SM90_REASON = "needs an sm_90 (Hopper) GPU and Triton with Gluon"
-sm90 = pytest.mark.skipif(not SM90, reason=SM90_REASON)
-
-# A warp-specialised kernel that waits on an mbarrier nobody arrives at hangs its process
-# forever. Each GPU test therefore runs under a watchdog that ends the process, and leaves a
-# note so that every later Gluon test fails at once, naming the one that hung (the same notes
-# as tests/test_kernels_gluon.py: a hang in either module stops both).
-GLUON_TEST_SECONDS = 240
-_HANG_NOTES = Path(tempfile.gettempdir()) / (
-    "flashtext-gluon-" + os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid())))
-
-
-@pytest.fixture(autouse=True)
-def _watchdog(request):
-    marks = request.node.iter_markers("skipif")
-    if not SM90 or not any(m.kwargs.get("reason") == SM90_REASON for m in marks):
-        yield  # the CPU tests of this module run no Gluon kernel
-        return
-    _HANG_NOTES.mkdir(exist_ok=True)
-    for note in _HANG_NOTES.glob("*.running"):
-        pid, _, name = note.read_text().partition(" ")
-        if not _alive(int(pid)):
-            pytest.fail(f"an earlier Gluon test hung or crashed its process: {name}")
-    note = _HANG_NOTES / f"{os.getpid()}.running"
-    note.write_text(f"{os.getpid()} {request.node.nodeid}")
-    faulthandler.dump_traceback_later(GLUON_TEST_SECONDS, exit=True)
-    try:
-        yield
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-        note.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
+from tests.gluon_watchdog import SM90, gluon_watchdog, sm90  # noqa: F401 (an autouse fixture)
+from tests.kernel_helpers import (
+    DEVICE,
+    _np,
+    _poisoned,
+    assert_has_gqa_and_windows,
+    gpu,
+    gpu_model_sweep,
+)
 
 # ---------------------------------------------------------------- CPU: plan, validation
 
@@ -348,13 +308,11 @@ def test_ragged_lengths(dtype, d, causal, n_q, n_k):
     _check(*make_inputs(case, DEVICE), causal)
 
 
-MODEL_SWEEP = [c for c in model_cases("gpu", ("float16", "bfloat16"))
-               if c.head_dim in gb.HEAD_DIMS]
+MODEL_SWEEP = gpu_model_sweep(gb.HEAD_DIMS)
 
 
 def test_model_sweep_has_gqa_and_windows():
-    assert {c.heads // (c.heads_kv or c.heads) for c in MODEL_SWEEP} >= {1, 4, 8}
-    assert len({c.window for c in MODEL_SWEEP}) >= 3
+    assert_has_gqa_and_windows(MODEL_SWEEP)
 
 
 @sm90

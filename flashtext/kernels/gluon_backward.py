@@ -53,11 +53,10 @@ from flashtext.fa2 import LOG2E
 from flashtext.kernels.gluon_forward import (
     HAVE_GLUON,
     SUPPORTED_DTYPES,
-    _capability,
     _descriptor,
     _tma_layout_ok,
     _window_bounds,
-    _window_ok,
+    gluon_supported,
 )
 
 if HAVE_GLUON:
@@ -349,23 +348,8 @@ def gluon_dkdv_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
     installed, fp16/bf16, head_dim 64/128, k and v of one shape with a head count dividing
     q's, layouts the copy engine can address (unit last stride, 16-byte aligned base and
     strides), lengths >= 1, a window of two ints >= -1. Otherwise False."""
-    if not HAVE_GLUON or not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
-        return False
-    if not (q.is_cuda and k.is_cuda and v.is_cuda) or not (q.device == k.device == v.device):
-        return False
-    if _capability(q.device.index) != (9, 0):
-        return False
-    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in SUPPORTED_DTYPES:
-        return False
-    if q.dim() != 4 or k.dim() != 4 or k.shape != v.shape:
-        return False
-    z, h, n_q, d = q.shape
-    zk, hk, n_k, dk = k.shape
-    if d not in HEAD_DIMS or dk != d or zk != z or hk < 1 or h % hk != 0:
-        return False
-    if n_q < 1 or n_k < 1 or not isinstance(causal, bool) or not _window_ok(window):
-        return False
-    return all(_tma_layout_ok(t) for t in (q, k, v))
+    # the forward's conditions, with this kernel's head dimensions (a subset of the forward's)
+    return gluon_supported(q, k, v, causal, window) and q.shape[-1] in HEAD_DIMS
 
 
 def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
@@ -433,6 +417,6 @@ def compile_sm90_dkdv(head_dim: int = 128, dtype: torch.dtype = torch.float16,
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 
 
-__all__ = ["BLOCK_N", "HEAD_DIMS", "compile_sm90_dkdv", "dkdv_tile_plan",
+__all__ = ["BLOCK_N", "HEAD_DIMS", "SUPPORTED_DTYPES", "compile_sm90_dkdv", "dkdv_tile_plan",
            "gluon_dkdv_supported", "kernel_constants", "launch_dkdv", "shared_memory_bytes",
            "tile_config"]
