@@ -126,6 +126,15 @@ def check_backward_kernel(backward_kernel) -> str:
     return _check_kernel("backward_kernel", backward_kernel, BACKWARD_KERNELS)
 
 
+def _unsupported(argument: str, kernel: str, head_dims, q: torch.Tensor) -> ValueError:
+    """The error for ``argument='gluon'`` on inputs ``kernel`` does not run."""
+    return ValueError(f"{argument}='gluon' needs inputs {kernel} runs: CUDA tensors on an sm_90 "
+                      "GPU with a Triton that has Gluon, float16 or bfloat16, head_dim in "
+                      f"{head_dims}, N_q and N_k >= 1, a unit last stride and 16-byte aligned "
+                      f"strides; got {q.dtype} {tuple(q.shape)} on {q.device}. Use 'auto' or "
+                      "'triton'")
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
             window: Window = (-1, -1), forward_kernel: str = "auto",
             ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,11 +143,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     kernel = choose_forward(q, k, v, causal, window) if forward_kernel == "auto" \
         else forward_kernel
     if kernel == "gluon" and not gluon_forward.gluon_supported(q, k, v, causal, window):
-        raise ValueError("forward_kernel='gluon' needs inputs the Gluon forward runs: CUDA "
-                         "tensors on an sm_90 GPU with a Triton that has Gluon, float16 or "
-                         f"bfloat16, head_dim in {gluon_forward.HEAD_DIMS}, N_q and N_k >= 1, "
-                         "a unit last stride and 16-byte aligned strides; got "
-                         f"{q.dtype} {tuple(q.shape)} on {q.device}. Use 'auto' or 'triton'")
+        raise _unsupported("forward_kernel", "the Gluon forward", gluon_forward.HEAD_DIMS, q)
     if kernel == "gluon":
         o, lse, _ = gluon_forward.launch(q, k, v, causal, sm_scale, window)
         return o, lse
@@ -154,11 +159,8 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     kernel = choose_backward(q, k, v, causal, window) if backward_kernel == "auto" \
         else backward_kernel
     if kernel == "gluon" and not gluon_backward.gluon_dkdv_supported(q, k, v, causal, window):
-        raise ValueError("backward_kernel='gluon' needs inputs the Gluon dK/dV kernel runs: "
-                         "CUDA tensors on an sm_90 GPU with a Triton that has Gluon, float16 or "
-                         f"bfloat16, head_dim in {gluon_backward.HEAD_DIMS}, N_q and N_k >= 1, "
-                         "a unit last stride and 16-byte aligned strides; got "
-                         f"{q.dtype} {tuple(q.shape)} on {q.device}. Use 'auto' or 'triton'")
+        raise _unsupported("backward_kernel", "the Gluon dK/dV kernel", gluon_backward.HEAD_DIMS,
+                           q)
     return triton_backward(do, q, k, v, o, lse, causal, sm_scale, window=window,
                            dkdv_kernel=kernel)
 
