@@ -17,6 +17,8 @@ from unittest import mock
 
 import pytest
 
+import flashtext
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "probe_variants.py"
 
 
@@ -418,7 +420,8 @@ def test_probe_gluon_backward_times_the_triton_dq_pass_alone():
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     g = torch.Generator().manual_seed(0)
-    q, k, v, do = (torch.randn(1, 2, 40, 16, generator=g) for _ in range(4))
+    q, k, v, do = (torch.randn(1, 2, 40, 16, generator=g).to(flashtext.torch_device())
+                   for _ in range(4))  # CPU under the interpreter, CUDA on a GPU runner
     o, lse = attention_forward(q, k, v, causal=True)
     delta = bw.preprocess(o, do)
     launched = []
