@@ -446,3 +446,25 @@ def test_supported_says_no_to_what_it_cannot_run():
     lse = torch.zeros(1, 2, 64, device=DEVICE)
     with pytest.raises(ValueError, match="lse"):
         gb.launch_dkdv(q, q, q, q, lse[:, :, :3], lse, False, 0.1)
+
+
+@sm90
+@gpu
+def test_the_gluon_backward_holds_no_more_memory_than_the_triton_one():
+    # the backward must not keep a second (dK, dV) pair alive while the Gluon kernel
+    # allocates its own: the peak is the same as the all-Triton backward's
+    from flashtext.kernels.api import attention_forward
+    from flashtext.kernels.backward import backward
+
+    q, k, v, do = make_inputs(Case(2, 8, 2048, 2048, 128, True, "float16", seed=5), DEVICE)
+    o, lse = attention_forward(q, k, v, causal=True)
+    peaks = {}
+    for kernel in ("triton", "gluon"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        grads = backward(do, q, k, v, o, lse, True, q.shape[-1] ** -0.5, dkdv_kernel=kernel)
+        torch.cuda.synchronize()
+        peaks[kernel] = torch.cuda.max_memory_allocated() - base
+        del grads
+    assert peaks["gluon"] <= peaks["triton"], peaks
