@@ -429,6 +429,15 @@ def test_deterministic():
     a = gb.launch_dkdv(q, k, v, do, lse, delta, True, 0.1)
     b = gb.launch_dkdv(q, k, v, do, lse, delta, True, 0.1)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])  # no atomics
+    # out=: the same numbers, written into the caller's tensors
+    out = (torch.full_like(k, float("nan")), torch.full_like(v, float("nan")))
+    c = gb.launch_dkdv(q, k, v, do, lse, delta, True, 0.1, out=out)
+    assert c[0] is out[0] and c[1] is out[1]
+    assert torch.equal(c[0], a[0]) and torch.equal(c[1], a[1])
+    for bad in ((out[0],), (out[0], out[1][:, :1]), (out[0].float(), out[1]),
+                (out[0], out[1].transpose(2, 3).contiguous().transpose(2, 3))):
+        with pytest.raises(ValueError, match="out"):
+            gb.launch_dkdv(q, k, v, do, lse, delta, True, 0.1, out=bad)
 
 
 @sm90

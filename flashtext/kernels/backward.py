@@ -377,9 +377,7 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                          f"got {tuple(lse.shape)} {lse.dtype}")
     delta = preprocess(o, do, (configs or {}).get("bwd_pre"))
     if dkdv_kernel == "gluon":
-        # it allocates its own dK and dV: free ours first, or the peak holds both pairs
-        dk = dv = None
-        dk, dv, _ = launch_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window)
+        dk, dv, _ = launch_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window, out=(dk, dv))
     elif dkdv_kernel != "triton":
         raise ValueError(f"dkdv_kernel must be 'triton' or 'gluon', got {dkdv_kernel!r}")
     dense = (q, k, v, do, dq, dk, dv)

@@ -354,13 +354,16 @@ def gluon_dkdv_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
 
 def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
                 lse: torch.Tensor, delta: torch.Tensor, causal: bool, sm_scale: float,
-                window=(-1, -1), **overrides):
+                window=(-1, -1), out: tuple[torch.Tensor, torch.Tensor] | None = None,
+                **overrides):
     """dK and dV of sum(O * dO) on inputs :func:`gluon_dkdv_supported` accepts.
 
     q, do (Z, H, N_Q, d); k, v (Z, H_KV, N_K, d); lse (the forward's, natural log, -inf for a
     query that sees no key) and delta (= rowsum(dO * O), ``backward.preprocess``), both
     (Z, H, N_Q) float32. Returns (dk, dv, the compiled kernel): dk and dv contiguous
     (Z, H_KV, N_K, d) in k's dtype, summed over the query heads sharing a K/V head.
+    ``out=(dk, dv)`` writes them into those tensors (contiguous, that shape and dtype) rather
+    than new ones, so a caller that already holds the pair doesn't hold two.
     ``overrides``: ``block_m`` / ``stages`` (see :func:`kernel_constants`).
     """
     if not gluon_dkdv_supported(q, k, v, causal, window):
@@ -379,8 +382,11 @@ def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
     do = do if _tma_layout_ok(do) else do.contiguous()
     lse, delta = lse.contiguous(), delta.contiguous()
     constants = kernel_constants(d, causal, tuple(window), **overrides)
-    dk = torch.empty((z, h_kv, n_k, d), dtype=k.dtype, device=k.device)
-    dv = torch.empty((z, h_kv, n_k, d), dtype=v.dtype, device=v.device)
+    if out is None:
+        dk = torch.empty((z, h_kv, n_k, d), dtype=k.dtype, device=k.device)
+        dv = torch.empty((z, h_kv, n_k, d), dtype=v.dtype, device=v.device)
+    else:
+        dk, dv = _checked_out(out, (z, h_kv, n_k, d), k)
     left, right = _window_bounds(causal, window)
     n_n_blocks = -(-n_k // BLOCK_N)
     block_m = constants["BLOCK_M"]
@@ -390,6 +396,20 @@ def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
         sm_scale, sm_scale * LOG2E, h_kv, h // h_kv, n_q, n_k, left, right, n_n_blocks,
         **constants, num_warps=4)
     return dk, dv, kernel
+
+
+def _checked_out(out, shape: tuple[int, ...], k: torch.Tensor):
+    """``out`` as the (dk, dv) pair the kernel can write through TMA, or a ValueError."""
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise ValueError(f"out must be a (dk, dv) pair of tensors, got {type(out).__name__}")
+    for name, t in zip(("dk", "dv"), out, strict=True):
+        if (not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != k.dtype
+                or t.device != k.device or not t.is_contiguous()):
+            got = (f"{tuple(t.shape)} {t.dtype} on {t.device}, contiguous={t.is_contiguous()}"
+                   if isinstance(t, torch.Tensor) else type(t).__name__)
+            raise ValueError(f"out's {name} must be a contiguous {k.dtype} tensor of shape "
+                             f"{shape} on {k.device}, got {got}")
+    return out
 
 
 def compile_sm90_dkdv(head_dim: int = 128, dtype: torch.dtype = torch.float16,
