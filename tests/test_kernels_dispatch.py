@@ -122,6 +122,29 @@ def test_triton_and_auto_are_the_same_code_off_sm90():
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
+def _spy(monkeypatch, module, name: str, label: str) -> list:
+    """Replace ``module.name`` by a pass-through that appends ``label`` to the returned list at
+    each call: which kernel ran, and how often."""
+    ran = []
+    real = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        ran.append(label)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return ran
+
+
+def _gpu_inputs(d: int, n: int, h_kv: int, dtype: torch.dtype):
+    """q, k, v, do on the GPU: 4 query heads over ``h_kv`` K/V heads, seeded by (d, n)."""
+    g = torch.Generator().manual_seed(d + n)
+    q = torch.randn(1, 4, n, d, generator=g).to("cuda", dtype)
+    k, v = (torch.randn(1, h_kv, n, d, generator=g).to("cuda", dtype) for _ in range(2))
+    do = torch.randn(1, 4, n, d, generator=g).to("cuda", dtype)
+    return q, k, v, do
+
+
 @sm90
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("d, n, causal, window, h_kv", [
@@ -130,23 +153,13 @@ def test_triton_and_auto_are_the_same_code_off_sm90():
 def test_default_runs_gluon_where_the_rule_says_and_is_accurate(monkeypatch, dtype, d, n,
                                                                 causal, window, h_kv):
     assert dispatch.prefers_gluon(d, n, n, causal, window)
-    ran = []
-    real = gf.launch
-
-    def spy(*args, **kwargs):
-        ran.append("gluon")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(gf, "launch", spy)
-    g = torch.Generator().manual_seed(d + n)
-    q = torch.randn(1, 4, n, d, generator=g).to("cuda", dtype)
-    k, v = (torch.randn(1, h_kv, n, d, generator=g).to("cuda", dtype) for _ in range(2))
-    do = torch.randn(1, 4, n, d, generator=g).to("cuda", dtype)
+    ran = _spy(monkeypatch, gf, "launch", "gluon")
+    q, k, v, do = _gpu_inputs(d, n, h_kv, dtype)
     errors = compare(q, k, v, do, causal=causal, window=window)  # O, lse, dq, dk, dv
     assert ran == ["gluon"]
     assert not errors.failures(), errors.failures()
-    # the autograd path too: the Triton backward on the Gluon forward's O and lse, the same
-    # kernels as attention_backward on attention_forward's outputs
+    # the autograd path too: the backward on the Gluon forward's O and lse, the same kernels
+    # as attention_backward on attention_forward's outputs
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     flash_attention(*leaves, causal=causal, window_size=window).backward(do)
     assert ran == ["gluon", "gluon"]
@@ -273,18 +286,8 @@ def test_auto_backward_follows_the_rule_where_the_gluon_dkdv_could_run(monkeypat
 def test_default_backward_runs_the_gluon_dkdv_and_is_accurate(monkeypatch, dtype, d, n,
                                                               causal, window, h_kv):
     assert dispatch.prefers_gluon_backward(d, n, n, causal, window)
-    ran = []
-    real = triton_backward_module.launch_dkdv
-
-    def spy(*args, **kwargs):
-        ran.append("gluon dkdv")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(triton_backward_module, "launch_dkdv", spy)
-    g = torch.Generator().manual_seed(d + n)
-    q = torch.randn(1, 4, n, d, generator=g).to("cuda", dtype)
-    k, v = (torch.randn(1, h_kv, n, d, generator=g).to("cuda", dtype) for _ in range(2))
-    do = torch.randn(1, 4, n, d, generator=g).to("cuda", dtype)
+    ran = _spy(monkeypatch, triton_backward_module, "launch_dkdv", "gluon dkdv")
+    q, k, v, do = _gpu_inputs(d, n, h_kv, dtype)
     errors = compare(q, k, v, do, causal=causal, window=window)  # O, lse, dq, dk, dv
     assert ran == ["gluon dkdv"]
     assert not errors.failures(), errors.failures()
