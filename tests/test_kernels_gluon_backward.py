@@ -66,6 +66,27 @@ def test_not_supported_off_sm90():
         gb.launch_dkdv(q, q, q, q, lse, lse, False, 0.125)
 
 
+def test_out_must_be_a_pair_the_kernel_can_write():
+    # launch_dkdv(out=) checks the pair before the kernel writes through it (pure Python: the
+    # check runs on any machine; the GPU test of out= is in test_deterministic)
+    k = torch.zeros(1, 2, 16, 64, dtype=torch.float16)
+    good = (torch.empty_like(k), torch.empty_like(k))
+    assert gb._checked_out(good, tuple(k.shape), k) is good
+    # each wrong pair, and what the message must say of it
+    bad = [((good[0],), "a (dk, dv) pair"),
+           ((good[0], good[1][:, :1]), "dv must be a contiguous torch.float16 tensor of shape "
+                                       "(1, 2, 16, 64) on cpu, got (1, 1, 16, 64)"),
+           ((good[0].float(), good[1]), "dk must be a contiguous torch.float16 tensor of shape "
+                                        "(1, 2, 16, 64) on cpu, got (1, 2, 16, 64) torch.float32"),
+           ((good[0], None), "dv must be a contiguous torch.float16 tensor of shape "
+                             "(1, 2, 16, 64) on cpu, got NoneType"),
+           ((good[0], good[1].transpose(2, 3).contiguous().transpose(2, 3)), "contiguous=False")]
+    for pair, says in bad:
+        with pytest.raises(ValueError) as err:
+            gb._checked_out(pair, tuple(k.shape), k)
+        assert says in str(err.value), (says, str(err.value))
+
+
 def _mask(n_q, n_k, causal, window):
     return reference.window_mask(n_q, n_k, (window[0], 0 if causal else window[1]))
 
@@ -460,8 +481,8 @@ def test_supported_says_no_to_what_it_cannot_run():
 @sm90
 @gpu
 def test_the_gluon_backward_holds_no_more_memory_than_the_triton_one():
-    # the backward must not keep a second (dK, dV) pair alive while the Gluon kernel
-    # allocates its own: the peak is the same as the all-Triton backward's
+    # the backward hands its own (dK, dV) to the Gluon kernel (launch_dkdv(out=)), so no second
+    # pair is alive: the peak is the same as the all-Triton backward's
     from flashtext.kernels.api import attention_forward
     from flashtext.kernels.backward import backward
 
