@@ -54,6 +54,7 @@ from flashtext.kernels.gluon_forward import (
     HAVE_GLUON,
     SUPPORTED_DTYPES,
     _descriptor,
+    _gl_dtype,
     _tma_layout_ok,
     _window_bounds,
     gluon_supported,
@@ -69,6 +70,21 @@ if HAVE_GLUON:
         warpgroup_mma,
         warpgroup_mma_wait,
     )
+
+if HAVE_GLUON:
+    from triton._C.libtriton import ir as _ir
+    from triton.experimental.gluon.language._core import builtin as _builtin
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as _GluonDescriptor
+
+    @_builtin
+    def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+        """The copy engine adds the shared-memory tile ``src`` into the global tile at
+        ``coord`` (cp.reduce.async.bulk.tensor ... .add); ``tma.store_wait`` waits for it."""
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD,
+                                                  tensor_desc.handle, coord, src.handle)
+
+    _thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 BLOCK_N = 128  # keys per program: two consumer warpgroups of 64 (wgmma's M)
 WG_N = 64
@@ -130,7 +146,7 @@ if HAVE_GLUON:
         """The copy-engine warpgroup: K and V halves once, then (Q_i, dO_i) for each query head
         of the group and each query tile i in [lo, hi), the t-th pair into slot t % STAGES once
         both consumers have released what it held STAGES pairs ago."""
-        kv_ready, q_ready, do_ready, empty = bars
+        kv_ready, q_ready, do_ready, empty, _, _ = bars
         off_z, off_hk, start_n, lo, hi, lo_off, hi_off = _block_coords(
             H_KV, GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks, BLOCK_M, HAS_LEFT, HAS_RIGHT)
         mbarrier.expect(kv_ready.index(0),
@@ -170,12 +186,13 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _dkdv_consumer(WG: gl.constexpr, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem,
-                       bars, LSE, DELTA, sm_scale, qk_scale, H_KV, GROUP, N_Q, N_K, LEFT,
-                       RIGHT, n_n_blocks, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                       STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-                       HAS_RIGHT: gl.constexpr):
-        """One consumer warpgroup: dK and dV of 64 keys, accumulated over the query tiles."""
-        kv_ready, q_ready, do_ready, empty = bars
+                       ds_smem, dq_smem, dq_desc, bars, LSE, DELTA, DQ, sm_scale, qk_scale, H_KV, GROUP, N_Q,
+                       N_K, LEFT, RIGHT, n_n_blocks, HEAD_DIM: gl.constexpr,
+                       BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+                       HAS_RIGHT: gl.constexpr, FUSE_DQ: gl.constexpr, DQ_TMA: gl.constexpr):
+        """One consumer warpgroup: dK and dV of 64 keys, accumulated over the query tiles;
+        with FUSE_DQ, also a 64 x 64 share of each tile's dQ = dS K, added into DQ."""
+        kv_ready, q_ready, do_ready, empty, ds_ready, ds_free = bars
         # wgmma accumulators: S^T and dP^T are 64 x BLOCK_M, dK and dV 64 x HEAD_DIM, over 4
         # warps; P^T and dS^T feed the dV / dK GEMMs from registers as their A operand
         S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -205,6 +222,19 @@ if HAVE_GLUON:
         v = v_smem.index(WG).reshape([64, HEAD_DIM])
         dk = gl.zeros([64, HEAD_DIM], gl.float32, D_L)
         dv = gl.zeros([64, HEAD_DIM], gl.float32, D_L)
+        # dQ of a tile over all 128 keys: the two warpgroups' dS halves meet in shared memory
+        # and each takes a 64 x 64 share of dS K: its 64 of the 128 query rows at d = 64,
+        # its 64 of the 128 columns at d = 128 (BLOCK_M = 64)
+        Q_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, 64, 16])
+        SPLIT_ROWS: gl.constexpr = BLOCK_M == 128
+        dq_zero = gl.zeros([64, 64], gl.float32, Q_L)
+        dq_rows = gl.arange(0, 64, layout=gl.SliceLayout(1, Q_L))
+        dq_cols = gl.arange(0, 64, layout=gl.SliceLayout(0, Q_L))
+        if SPLIT_ROWS:
+            dq_rows = dq_rows + WG * 64
+        else:
+            dq_cols = dq_cols + WG * 64
         mbarrier.wait(kv_ready.index(0), 0)
 
         # the tiles in the producer's order; each tile's row statistics are loaded one tile
@@ -249,10 +279,55 @@ if HAVE_GLUON:
             ds_t = p_t * (dp_t - gl.expand_dims(gl.convert_layout(delta, COL), 0))
             ds_op = gl.convert_layout(ds_t.to(dtype), OP_L)
             dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
-            dk, dv, p_op, ds_op = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op])
-            mbarrier.arrive(empty.index(slot), count=1)
+            if FUSE_DQ:
+                # this warpgroup's dS (queries x its 64 keys) into buffer t % 2, once both
+                # warpgroups are done reading what it held two tiles ago
+                buf = t % 2
+                mbarrier.wait(ds_free.index(buf), ((t // 2) & 1) ^ 1)
+                ds_smem.index(buf * 2 + WG).permute((1, 0)).store(ds_t.to(dtype))
+                fence_async_shared()
+                mbarrier.arrive(ds_ready.index(buf), count=1)
+                mbarrier.wait(ds_ready.index(buf), (t // 2) & 1)
+                dq = dq_zero
+                for half in gl.static_range(2):  # sum over the two 64-key halves
+                    ds_h = ds_smem.index(buf * 2 + half)
+                    k_h = k_smem.index(half).reshape([64, HEAD_DIM])
+                    if SPLIT_ROWS:
+                        ds_h = ds_h.slice(WG * 64, 64, dim=0)
+                    else:
+                        k_h = k_h.slice(WG * 64, 64, dim=1)
+                    dq = warpgroup_mma(ds_h, k_h, dq, use_acc=half == 1, is_async=True)
+                dk, dv, p_op, ds_op, dq = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op, dq])
+                mbarrier.arrive(empty.index(slot), count=1)
+                mbarrier.arrive(ds_free.index(buf), count=1)
+                off_h = off_hk * GROUP + t // n_tiles
+                if DQ_TMA:
+                    # the copy engine adds the tile into DQ (rows past N_Q clipped), once it
+                    # has read the previous one out of this warpgroup's staging tile
+                    tma.store_wait(0)
+                    _thread_barrier()
+                    dq_smem.index(WG).reshape([64, 64]).store(dq)
+                    fence_async_shared()
+                    r0 = start_m
+                    c0 = 0
+                    if SPLIT_ROWS:
+                        r0 = r0 + WG * 64
+                    else:
+                        c0 = WG * 64
+                    _tma_reduce_add(dq_desc, [off_z, off_h, r0, c0], dq_smem.index(WG))
+                else:
+                    # fp32 atomics (reductions: nothing waits for them) into DQ (Z, H, N_Q, d)
+                    rows = gl.expand_dims(start_m + dq_rows, 1)
+                    head = (off_z * (H_KV * GROUP) + off_h).to(gl.int64) * N_Q
+                    ptrs = DQ + (head + rows) * HEAD_DIM + gl.expand_dims(dq_cols, 0)
+                    gl.atomic_add(ptrs, dq, mask=rows < N_Q, sem="relaxed")
+            else:
+                dk, dv, p_op, ds_op = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op])
+                mbarrier.arrive(empty.index(slot), count=1)
             lse2, delta = next_lse2, next_delta
 
+        if FUSE_DQ and DQ_TMA:
+            tma.store_wait(0)
         # dK, dV leave through the copy engine (rows past N_K clipped) from this warpgroup's
         # own K and V slots, which no GEMM reads any more
         dk = dk * sm_scale
@@ -267,10 +342,13 @@ if HAVE_GLUON:
     # lengths and window sizes are not specialised on: one compiled kernel serves them all
     @gluon.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_K", "LEFT", "RIGHT",
                                   "n_n_blocks"])
-    def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, DELTA,
+    def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, LSE,
+                          DELTA, DQ,
                           sm_scale, qk_scale, H_KV, GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks,
                           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-                          HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr):
+                          HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+                          FUSE_DQ: gl.constexpr, DS_BUFS: gl.constexpr,
+                          DQ_TMA: gl.constexpr):
         # one program per (batch * K/V head, key block of 128); shared memory: K and V (two
         # 64-key halves each, later dK and dV's staging), the Q / dO ring, barriers
         k_smem = gl.allocate_shared_memory(k_desc.dtype, [2] + k_desc.block_type.shape,
@@ -285,35 +363,56 @@ if HAVE_GLUON:
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        # with FUSE_DQ: two buffers of dS (tile rows x 64 keys per warpgroup), and barriers
+        # for "both halves written" and "both warpgroups done reading"
+        ds_smem = gl.allocate_shared_memory(
+            q_desc.dtype, [DS_BUFS, BLOCK_M, 64],
+            gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+        # and with the copy engine's reduce-add: a 64 x 64 fp32 staging tile per warpgroup
+        if FUSE_DQ and DQ_TMA:
+            dq_smem = gl.allocate_shared_memory(dq_desc.dtype, [2] + dq_desc.block_type.shape,
+                                                dq_desc.layout)
+        else:
+            dq_smem = gl.allocate_shared_memory(gl.float32, [2, 8, 8],
+                                                gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_ready.index(0), count=1)
         for s in gl.static_range(STAGES):
             mbarrier.init(q_ready.index(s), count=1)
             mbarrier.init(do_ready.index(s), count=1)
             mbarrier.init(empty.index(s), count=2)  # one arrival per consumer warpgroup
-        bars = (kv_ready, q_ready, do_ready, empty)
+        for b in gl.static_range(2):
+            mbarrier.init(ds_ready.index(b), count=2)
+            mbarrier.init(ds_free.index(b), count=2)
+        bars = (kv_ready, q_ready, do_ready, empty, ds_ready, ds_free)
 
         gl.warp_specialize([
             (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem,
                               bars, H_KV, GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks, BLOCK_M,
                               STAGES, HAS_LEFT, HAS_RIGHT)),
-            (_dkdv_consumer, (0, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, bars, LSE,
-                              DELTA, sm_scale, qk_scale, H_KV, GROUP, N_Q, N_K, LEFT, RIGHT,
-                              n_n_blocks, HEAD_DIM, BLOCK_M, STAGES, HAS_LEFT, HAS_RIGHT)),
-            (_dkdv_consumer, (1, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, bars, LSE,
-                              DELTA, sm_scale, qk_scale, H_KV, GROUP, N_Q, N_K, LEFT, RIGHT,
-                              n_n_blocks, HEAD_DIM, BLOCK_M, STAGES, HAS_LEFT, HAS_RIGHT)),
+            (_dkdv_consumer, (0, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, ds_smem,
+                              dq_smem, dq_desc, bars, LSE, DELTA, DQ, sm_scale, qk_scale, H_KV, GROUP, N_Q, N_K,
+                              LEFT, RIGHT, n_n_blocks, HEAD_DIM, BLOCK_M, STAGES, HAS_LEFT,
+                              HAS_RIGHT, FUSE_DQ, DQ_TMA)),
+            (_dkdv_consumer, (1, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, ds_smem,
+                              dq_smem, dq_desc, bars, LSE, DELTA, DQ, sm_scale, qk_scale, H_KV, GROUP, N_Q, N_K,
+                              LEFT, RIGHT, n_n_blocks, HEAD_DIM, BLOCK_M, STAGES, HAS_LEFT,
+                              HAS_RIGHT, FUSE_DQ, DQ_TMA)),
         ], [4, 4], [240, 240])
 
 
 def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), *,
-                     block_m: int | None = None, stages: int | None = None) -> dict:
+                     block_m: int | None = None, stages: int | None = None,
+                     fuse_dq: bool = False, dq_tma: bool = True) -> dict:
     """The compile-time constants of one kernel variant (``block_m`` / ``stages`` override
-    :func:`tile_config`)."""
+    :func:`tile_config`; ``fuse_dq``: the kernel adds dQ into an fp32 buffer too)."""
     default_m, default_stages = tile_config(head_dim)
     left, right = window
     return dict(HEAD_DIM=head_dim, BLOCK_M=block_m or default_m,
                 STAGES=stages or default_stages, HAS_LEFT=left >= 0,
-                HAS_RIGHT=causal or right >= 0)
+                HAS_RIGHT=causal or right >= 0, FUSE_DQ=fuse_dq, DS_BUFS=4 if fuse_dq else 1,
+                DQ_TMA=dq_tma)
 
 
 def dkdv_tile_plan(start_n: int, n_q: int, n_k: int, block_m: int, causal: bool,
@@ -355,7 +454,7 @@ def gluon_dkdv_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
 def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
                 lse: torch.Tensor, delta: torch.Tensor, causal: bool, sm_scale: float,
                 window=(-1, -1), out: tuple[torch.Tensor, torch.Tensor] | None = None,
-                **overrides):
+                dq_accum: torch.Tensor | None = None, **overrides):
     """dK and dV of sum(O * dO) on inputs :func:`gluon_dkdv_supported` accepts.
 
     q, do (Z, H, N_Q, d); k, v (Z, H_KV, N_K, d); lse (the forward's, natural log, -inf for a
@@ -364,6 +463,8 @@ def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
     (Z, H_KV, N_K, d) in k's dtype, summed over the query heads sharing a K/V head.
     ``out=(dk, dv)`` writes them into those tensors (contiguous, that shape and dtype) rather
     than new ones, so a caller that already holds the pair doesn't hold two.
+    ``dq_accum``: a zeroed contiguous float32 (Z, H, N_Q, d) tensor the kernel adds
+    dS K into (dQ / sm_scale), with fp32 atomics, in an order that varies from run to run.
     ``overrides``: ``block_m`` / ``stages`` (see :func:`kernel_constants`).
     """
     if not gluon_dkdv_supported(q, k, v, causal, window):
@@ -381,7 +482,14 @@ def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
                              f"got {tuple(t.shape)} {t.dtype}")
     do = do if _tma_layout_ok(do) else do.contiguous()
     lse, delta = lse.contiguous(), delta.contiguous()
-    constants = kernel_constants(d, causal, tuple(window), **overrides)
+    if dq_accum is not None and (
+            not isinstance(dq_accum, torch.Tensor) or dq_accum.shape != q.shape
+            or dq_accum.dtype != torch.float32 or dq_accum.device != q.device
+            or not dq_accum.is_contiguous()):
+        raise ValueError(f"dq_accum must be a contiguous float32 tensor of shape "
+                         f"{tuple(q.shape)} on {q.device}")
+    constants = kernel_constants(d, causal, tuple(window), fuse_dq=dq_accum is not None,
+                                 **overrides)
     if out is None:
         dk = torch.empty((z, h_kv, n_k, d), dtype=k.dtype, device=k.device)
         dv = torch.empty((z, h_kv, n_k, d), dtype=v.dtype, device=v.device)
@@ -392,10 +500,19 @@ def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
     block_m = constants["BLOCK_M"]
     kernel = _attn_bwd_dkdv_ws[(n_n_blocks * z * h_kv,)](
         _descriptor(q, block_m), _descriptor(k, WG_N), _descriptor(v, WG_N),
-        _descriptor(do, block_m), _descriptor(dk, WG_N), _descriptor(dv, WG_N), lse, delta,
-        sm_scale, sm_scale * LOG2E, h_kv, h // h_kv, n_q, n_k, left, right, n_n_blocks,
+        _descriptor(do, block_m), _descriptor(dk, WG_N), _descriptor(dv, WG_N),
+        _dq_descriptor(dq_accum if dq_accum is not None else q), lse, delta,
+        dq_accum if dq_accum is not None else lse, sm_scale, sm_scale * LOG2E, h_kv, h // h_kv, n_q, n_k, left, right, n_n_blocks,
         **constants, num_warps=4)
     return dk, dv, kernel
+
+
+def _dq_descriptor(t: torch.Tensor):
+    """The copy engine's view of the dQ accumulator: 64 x 64 tiles (one warpgroup's share)."""
+    block = [1, 1, 64, 64]
+    dtype = gl.float32 if t.dtype == torch.float32 else _gl_dtype(t.dtype)
+    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+    return _GluonDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
 
 def _checked_out(out, shape: tuple[int, ...], k: torch.Tensor):
@@ -428,9 +545,10 @@ def compile_sm90_dkdv(head_dim: int = 128, dtype: torch.dtype = torch.float16,
     block_m = constants["BLOCK_M"]
     descs = dict(q_desc=_descriptor(q, block_m), k_desc=_descriptor(k, WG_N),
                  v_desc=_descriptor(k, WG_N), do_desc=_descriptor(q, block_m),
-                 dk_desc=_descriptor(k, WG_N), dv_desc=_descriptor(k, WG_N))
+                 dk_desc=_descriptor(k, WG_N), dv_desc=_descriptor(k, WG_N),
+                 dq_desc=_dq_descriptor(q.float() if constants["FUSE_DQ"] else q))
     signature = {name: mangle_type(desc) for name, desc in descs.items()}
-    signature.update(LSE="*fp32", DELTA="*fp32", sm_scale="fp32", qk_scale="fp32",
+    signature.update(LSE="*fp32", DELTA="*fp32", DQ="*fp32", sm_scale="fp32", qk_scale="fp32",
                      H_KV="i32", GROUP="i32", N_Q="i32", N_K="i32", LEFT="i32", RIGHT="i32",
                      n_n_blocks="i32")
     source = GluonASTSource(_attn_bwd_dkdv_ws, signature, constants)
