@@ -10,10 +10,13 @@ causal and not; medians of ``triton.testing.do_bench``:
 * ``triton``: ``flashtext.kernels.backward.backward`` (preprocess + dK/dV + dQ, all Triton),
 * ``gluon``: the same backward with its dK/dV pass from the Gluon kernel (preprocess, Gluon
   dK/dV, Triton dQ),
+* ``fused``: the same with dQ computed in the Gluon kernel too (preprocess, Gluon dK/dV/dQ
+  into a zeroed fp32 buffer, its copy to dQ's dtype),
 * ``gluon_dkdv`` and every tile variant in ``VARIANTS``: the Gluon dK/dV launch alone,
 * ``dq``: the Triton dQ pass alone (so Triton's dK/dV time is ``triton - dq - preprocess``).
 
-dK and dV of both kernels are compared (max |gluon - triton| over max |triton|) in every row.
+dK and dV of both kernels, and the fused dQ against the Triton one, are compared (max
+|gluon - triton| over max |triton|) in every row.
 JSON (GPU, versions, date, rows) to ``$OUT/gluon_backward_probe.json`` when ``$OUT`` is set,
 else to ``--json`` if given.
 """
@@ -44,20 +47,20 @@ def only_dq(kernel_fn, grid_fn, config, *args, **constexprs):
     return config
 
 
-def time_group(dtype_name: str, d: int, ns: list[int]) -> list[dict]:
+def time_group(dtype_name: str, d: int, ns: list[int], variants: list[str]) -> list[dict]:
     import torch
 
     rows = []
     for n in ns:
         for causal in (False, True):
-            row = time_row(dtype_name, d, n, causal)
+            row = time_row(dtype_name, d, n, causal, variants)
             print(json.dumps(row), flush=True)
             rows.append(row)
             torch.cuda.empty_cache()
     return rows
 
 
-def time_row(dtype_name: str, d: int, n: int, causal: bool) -> dict:
+def time_row(dtype_name: str, d: int, n: int, causal: bool, variants: list[str]) -> dict:
     import torch
     import torch.nn.functional as F
     import triton
@@ -102,31 +105,41 @@ def time_row(dtype_name: str, d: int, n: int, causal: bool) -> dict:
         dk, dv, _ = gb.launch_dkdv(q, k, v, do, lse, fresh_delta, causal, scale)
         return dq_only(), dk, dv
 
+    def fused():
+        return bw.backward(do, q, k, v, o, lse, causal, scale, dkdv_kernel="gluon",
+                           fuse_dq=True)
+
     providers = {
         "cudnn": lambda: torch.autograd.grad(o_ref, leaves, do, retain_graph=True),
         "triton": lambda: bw.backward(do, q, k, v, o, lse, causal, scale),
         "gluon": hybrid,
+        "fused": fused,
         "gluon_dkdv": dkdv,
         "dq": dq_only,
         "preprocess": lambda: bw.preprocess(o, do),
     }
     for name, sw in VARIANTS.items():
-        providers[f"gluon_dkdv_{name}"] = functools.partial(dkdv, **sw)
+        if name in variants:
+            providers[f"gluon_dkdv_{name}"] = functools.partial(dkdv, **sw)
     for name, fn in providers.items():
         try:
             ms = triton.testing.do_bench(fn, warmup=25, rep=100)
             row["ms"][name] = round(ms, 4)
-            if name in ("cudnn", "triton", "gluon"):
+            if name in ("cudnn", "triton", "gluon", "fused"):
                 row["tflops"][name] = round(flops / ms / 1e9, 1)
         except Exception as exc:  # noqa: BLE001 - one failing provider, not the row
             row["ms"][name] = None
             row.setdefault("errors", {})[name] = str(exc).splitlines()[0][:300]
     try:
-        _, dk_t, dv_t = bw.backward(do, q, k, v, o, lse, causal, scale)
+        dq_t, dk_t, dv_t = bw.backward(do, q, k, v, o, lse, causal, scale)
         _, dk_g, dv_g = hybrid()
-        row["rel_diff"] = {
-            "dk": float((dk_g.float() - dk_t.float()).abs().max() / dk_t.float().abs().max()),
-            "dv": float((dv_g.float() - dv_t.float()).abs().max() / dv_t.float().abs().max())}
+        dq_f = fused()[0]
+
+        def rel(a, b):
+            return float((a.float() - b.float()).abs().max() / b.float().abs().max())
+
+        row["rel_diff"] = {"dk": rel(dk_g, dk_t), "dv": rel(dv_g, dv_t),
+                           "dq_fused": rel(dq_f, dq_t)}
     except Exception as exc:  # noqa: BLE001
         row.setdefault("errors", {})["compare"] = str(exc).splitlines()[0][:300]
     ms = row["ms"]
@@ -140,10 +153,12 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=200.0, help="seconds for the whole run")
     ap.add_argument("--ns", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS),
+                    help="tile variants of the Gluon dK/dV launch to time (default: all)")
     ap.add_argument("--group", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.group:
-        time_group(args.group[0], int(args.group[1]), args.ns)
+        time_group(args.group[0], int(args.group[1]), args.ns, args.variants)
         return 0
     import torch
     import triton
@@ -157,7 +172,7 @@ def main() -> int:
                 notes.append(f"{dtype} d={d}: skipped, budget spent")
                 continue
             cmd = [sys.executable, __file__, "--group", dtype, str(d), "--ns",
-                   *map(str, args.ns)]
+                   *map(str, args.ns), "--variants", *args.variants]
             try:
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=left,
                                       cwd=ROOT)

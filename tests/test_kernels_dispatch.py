@@ -145,6 +145,64 @@ def _gpu_inputs(d: int, n: int, h_kv: int, dtype: torch.dtype):
     return q, k, v, do
 
 
+def test_the_fused_dq_rule_by_shape():
+    for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (100, 0)),
+                           (False, (-1, 5))):
+        masked = causal or window != (-1, -1)
+        assert dispatch.prefers_fused_dq(128, causal, window)  # d = 128: fused, mask or not
+        assert dispatch.prefers_fused_dq(64, causal, window) is not masked  # d = 64: unmasked
+    for d in (32, 96, 256):  # no Gluon dK/dV to fuse it into
+        assert not dispatch.prefers_fused_dq(d, False)
+
+
+def test_deterministic_is_checked():
+    q = torch.randn(1, 1, 8, 16).to(DEVICE)
+    o, lse = attention_forward(q, q, q)
+    for bad in (None, 1, "yes"):
+        with pytest.raises(ValueError, match="deterministic must be True or False"):
+            flash_attention(q, q, q, deterministic=bad)
+        with pytest.raises(ValueError, match="deterministic must be True or False"):
+            attention_backward(q, q, q, q, o, lse, deterministic=bad)
+    with pytest.raises(ValueError, match="fuse_dq=True needs dkdv_kernel='gluon'"):
+        triton_backward_module.backward(q, q, q, q, o, lse, False, 0.25, fuse_dq=True)
+
+
+def test_dq_is_fused_where_the_rule_says_unless_deterministic(monkeypatch):
+    """Routing of dQ: with the Gluon kernel stood in for, a call the rule fuses gets dQ from
+    the buffer the kernel adds into (and no Triton dQ pass), unless ``deterministic=True``,
+    through attention_backward and through autograd alike."""
+    calls = []
+
+    def fake_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1), out=None,
+                  dq_accum=None):
+        calls.append(dq_accum is not None)
+        if dq_accum is not None:
+            assert dq_accum.dtype == torch.float32 and dq_accum.shape == q.shape
+            assert bool((dq_accum == 0).all())  # the kernel adds into zeros
+            dq_accum.fill_(3.0)
+        dk, dv = out
+        return dk.fill_(7.0), dv.fill_(5.0), None
+
+    monkeypatch.setattr(gb, "gluon_dkdv_supported", lambda *args: True)
+    monkeypatch.setattr(triton_backward_module, "launch_dkdv", fake_dkdv)
+    monkeypatch.setattr(dispatch, "GLUON_MIN_BACKWARD_QUERIES", 40)
+    g = torch.Generator().manual_seed(4)
+    q, k, v, do = (torch.randn(1, 2, 40, 64, generator=g).to(DEVICE) for _ in range(4))
+    o, lse = attention_forward(q, k, v)
+    want = attention_backward(do, q, k, v, o, lse, backward_kernel="triton")
+    dq, dk, _ = attention_backward(do, q, k, v, o, lse)  # d = 64, no mask: fused
+    assert calls == [True] and bool((dq == 3.0).all()) and bool((dk == 7.0).all())
+    calls.clear()
+    dq, dk, _ = attention_backward(do, q, k, v, o, lse, deterministic=True)
+    assert calls == [False] and torch.equal(dq, want[0]) and bool((dk == 7.0).all())
+    for deterministic in (False, True):
+        calls.clear()
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        flash_attention(*leaves, deterministic=deterministic).backward(do)
+        assert calls == [not deterministic]
+        assert bool((leaves[0].grad == 3.0).all()) is not deterministic
+
+
 @sm90
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("d, n, causal, window, h_kv", [
@@ -235,9 +293,11 @@ def test_auto_backward_follows_the_rule_where_the_gluon_dkdv_could_run(monkeypat
     calls it."""
     calls = []
 
-    def fake_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1), out=None):
+    def fake_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1), out=None,
+                  dq_accum=None):
         calls.append((tuple(q.shape), causal, tuple(window)))
         assert delta.shape == lse.shape == q.shape[:-1]
+        assert dq_accum is None  # d = 64 with a causal mask: dQ from the Triton pass
         dk, dv = out  # the backward hands over the pair it returns: one pair alive, not two
         return dk.fill_(7.0), dv.fill_(5.0), None
 
@@ -312,3 +372,23 @@ def test_short_backward_runs_the_triton_dkdv(monkeypatch):
     q = torch.randn(1, 2, 1024, 128, device="cuda", dtype=torch.float16, requires_grad=True)
     flash_attention(q, q, q, causal=True).sum().backward()
     assert torch.isfinite(q.grad).all()
+
+
+@sm90
+def test_deterministic_backward_gives_the_same_bits_every_run():
+    # the default adds dQ's shares in the copy engine's order; deterministic=True takes dQ
+    # from the Triton pass (each row written once), so two runs agree to the bit
+    q, k, v, do = _gpu_inputs(128, 2048, 2, torch.bfloat16)
+    assert dispatch.prefers_fused_dq(128, True)
+    grads = []
+    for _ in range(2):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        flash_attention(*leaves, causal=True, deterministic=True).backward(do)
+        grads.append([t.grad for t in leaves])
+    assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
+    # and the default agrees with it within rounding
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    flash_attention(*leaves, causal=True).backward(do)
+    for name, leaf, want in zip("qkv", leaves, grads[0], strict=True):
+        tol = 4 * 2.0**-8 * float(want.abs().max())
+        assert float((leaf.grad - want).abs().max()) <= tol, f"d{name}"

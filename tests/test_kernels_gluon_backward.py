@@ -87,6 +87,22 @@ def test_out_must_be_a_pair_the_kernel_can_write():
         assert says in str(err.value), (says, str(err.value))
 
 
+def test_dq_accum_must_be_an_fp32_buffer_shaped_like_q():
+    # launch_dkdv(dq_accum=) checks the buffer before the copy engine adds into it
+    q = torch.zeros(1, 2, 16, 64, dtype=torch.float16)
+    good = torch.zeros(q.shape)
+    assert gb._checked_dq_accum(good, q) is good
+    shape = "dq_accum must be a contiguous torch.float32 tensor of shape (1, 2, 16, 64) on cpu"
+    bad = [(good.half(), "got (1, 2, 16, 64) torch.float16"),
+           (good[:, :1], "got (1, 1, 16, 64) torch.float32"),
+           (good.transpose(2, 3).contiguous().transpose(2, 3), "contiguous=False"),
+           (None, "got NoneType")]
+    for buffer, says in bad:
+        with pytest.raises(ValueError) as err:
+            gb._checked_dq_accum(buffer, q)
+        assert shape in str(err.value) and says in str(err.value), str(err.value)
+
+
 def _mask(n_q, n_k, causal, window):
     return reference.window_mask(n_q, n_k, (window[0], 0 if causal else window[1]))
 
@@ -250,6 +266,12 @@ _COMPILE = textwrap.dedent("""
                 out[f"{dtype} {d} {causal}"] = dict(sass=counts, shared=c.metadata.shared,
                     wgmma=ptx.count("wgmma.mma_async"),
                     inc240=ptx.count("setmaxnreg.inc.sync.aligned.u32 \\t240"))
+    for d in (64, 128):  # dQ fused in
+        c = compile_sm90_dkdv(d, torch.float16, True, fuse_dq=True)
+        sass = sass_of(c.asm["cubin"])
+        out[f"fused {d}"] = dict(shared=c.metadata.shared, wgmma=c.asm["ptx"].count(
+            "wgmma.mma_async"), sass=None if sass is None else {
+                k: sass.count(k) for k in ("HGMMA", "UTMAREDG", "RED.")})
     print(json.dumps(out))
 """)
 
@@ -263,7 +285,17 @@ def test_compiles_for_sm90_without_a_gpu():
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     results = json.loads(out.stdout.strip().splitlines()[-1])
+    fused = {name: results.pop(name) for name in ("fused 64", "fused 128")}
     assert len(results) == 8
+    for name, r in fused.items():
+        d = int(name.split()[1])
+        block_m, _ = gb.tile_config(d)
+        # per consumer, beside the four above: its 64 x 64 share of dQ, over 2 halves of keys
+        assert r["wgmma"] == 2 * (2 * d // 16 + 2 * block_m // 16 + 2 * 64 // 16), name
+        assert r["shared"] <= 227 * 1024, name
+        if r["sass"] is not None:  # added by the copy engine (reduce-add), not by atomics
+            assert r["sass"]["UTMAREDG"] >= 1 and r["sass"]["RED."] == 0, name
+            assert r["sass"]["HGMMA"] == r["wgmma"], name
     for name, r in results.items():
         d = int(name.split()[1])
         block_m, _ = gb.tile_config(d)
@@ -282,9 +314,10 @@ def test_compiles_for_sm90_without_a_gpu():
 # ---------------------------------------------------------------- GPU: against float64
 
 
-def _check(q, k, v, do, causal, scale=None, window=(-1, -1)):
+def _check(q, k, v, do, causal, scale=None, window=(-1, -1), fused=False):
     """Run the kernel (lse from the forward, delta from the backward's preprocessing) and hold
-    dK and dV to the accuracy rule. Returns (dk, dv)."""
+    dK and dV to the accuracy rule, and with ``fused`` the dQ it adds into a zeroed fp32
+    buffer as well. Returns (dk, dv)."""
     from flashtext.kernels.api import attention_forward
     from flashtext.kernels.backward import preprocess
 
@@ -292,23 +325,26 @@ def _check(q, k, v, do, causal, scale=None, window=(-1, -1)):
     o, lse = attention_forward(q, k, v, causal=causal, sm_scale=scale, window_size=window)
     delta = preprocess(o, do)
     assert gb.gluon_dkdv_supported(q, k, v, causal, window)
-    dk, dv, _ = gb.launch_dkdv(q, k, v, do, lse, delta, causal, scale, window)
+    dq_accum = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if fused else None
+    dk, dv, _ = gb.launch_dkdv(q, k, v, do, lse, delta, causal, scale, window,
+                               dq_accum=dq_accum)
     torch.cuda.synchronize()
     _, lse_ref = reference.attention(q, k, v, causal=causal, scale=scale, return_lse=True,
                                      window=window)
-    _, dk_ref, dv_ref = reference.attention_backward(q, k, v, do, causal=causal, scale=scale,
-                                                     window=window)
+    refs = dict(zip(("dq", "dk", "dv"), reference.attention_backward(
+        q, k, v, do, causal=causal, scale=scale, window=window), strict=True))
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     o_pt, _ = torch_attention(*leaves, causal=causal, sm_scale=scale, window=window)
-    _, dk_pt, dv_pt = torch.autograd.grad(o_pt, leaves, do)
-    ours = {"dk": _max_abs(_np(dk), dk_ref), "dv": _max_abs(_np(dv), dv_ref)}
-    theirs = {"dk": _max_abs(_np(dk_pt), dk_ref), "dv": _max_abs(_np(dv_pt), dv_ref)}
+    theirs = dict(zip(("dq", "dk", "dv"), torch.autograd.grad(o_pt, leaves, do), strict=True))
+    # dQ as the backward hands it on: the fp32 sum rounded to q's dtype
+    got = {"dk": dk, "dv": dv, **({"dq": dq_accum.to(q.dtype)} if fused else {})}
+    ours = {name: _max_abs(_np(t), refs[name]) for name, t in got.items()}
+    theirs = {name: _max_abs(_np(theirs[name]), refs[name]) for name in got}
     finite = lse_ref[np.isfinite(lse_ref)]
-    sizes = {"lse": float(np.max(np.abs(finite), initial=0.0)),
-             "dk": float(np.max(np.abs(dk_ref), initial=0.0)),
-             "dv": float(np.max(np.abs(dv_ref), initial=0.0))}
+    sizes = {"lse": float(np.max(np.abs(finite), initial=0.0))}
+    sizes.update({name: float(np.max(np.abs(refs[name]), initial=0.0)) for name in got})
     sizes.update(cancellation_scale(q, k, v, do, causal, scale, window))
-    err = Errors("gluon dkdv", q.dtype, ours, theirs, sizes, approx_exp=True)
+    err = Errors("gluon dkdv" + " + dq" * fused, q.dtype, ours, theirs, sizes, approx_exp=True)
     assert not err.failures(), err.failures()
     return dk, dv
 
@@ -324,9 +360,10 @@ def _max_abs(a, b):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n_q, n_k", [(1, 1), (17, 1000), (1000, 17), (129, 129),
                                       (300, 700), (256, 256)])
-def test_ragged_lengths(dtype, d, causal, n_q, n_k):
+@pytest.mark.parametrize("fused", [False, True], ids=["dkdv", "dkdv+dq"])
+def test_ragged_lengths(dtype, d, causal, n_q, n_k, fused):
     case = Case(2, 3, n_q, n_k, d, causal, dtype, seed=n_q + n_k + d)
-    _check(*make_inputs(case, DEVICE), causal)
+    _check(*make_inputs(case, DEVICE), causal, fused=fused)
 
 
 MODEL_SWEEP = gpu_model_sweep(gb.HEAD_DIMS)
@@ -339,9 +376,10 @@ def test_model_sweep_has_gqa_and_windows():
 @sm90
 @gpu
 @pytest.mark.parametrize("case", MODEL_SWEEP, ids=Case.label)
-def test_model_sweep(case):
+@pytest.mark.parametrize("fused", [False, True], ids=["dkdv", "dkdv+dq"])
+def test_model_sweep(case, fused):
     """The real-model cases (grouped K/V heads, sliding windows) through the dK/dV kernel."""
-    _check(*make_inputs(case, DEVICE), case.causal, window=case.window)
+    _check(*make_inputs(case, DEVICE), case.causal, window=case.window, fused=fused)
 
 
 @sm90
@@ -350,7 +388,9 @@ def test_model_sweep(case):
 @pytest.mark.parametrize("causal", [False, True])
 def test_sliding_windows(window, causal):
     case = Case(2, 2, 333, 600, 128, causal, "float16", seed=7)
-    _check(*make_inputs(case, DEVICE), causal, window=window)
+    q, k, v, do = make_inputs(case, DEVICE)
+    _check(q, k, v, do, causal, window=window)
+    _check(q, k, v, do, causal, window=window, fused=True)
 
 
 @sm90
@@ -359,8 +399,9 @@ def test_sliding_windows(window, causal):
 def test_gqa_sums_over_the_group(h, h_kv):
     case = Case(2, h, 257, 513, 64, True, "bfloat16", seed=h * 10 + h_kv, heads_kv=h_kv)
     q, k, v, do = make_inputs(case, DEVICE)
-    _check(q, k, v, do, True)
-    _check(q, k, v, do, False, window=(128, 16))
+    for fused in (False, True):  # dQ: each query head's own, never summed over the group
+        _check(q, k, v, do, True, fused=fused)
+        _check(q, k, v, do, False, window=(128, 16), fused=fused)
 
 
 @sm90
@@ -369,15 +410,18 @@ def test_keys_no_query_sees_get_zero_gradients():
     # a window leaves the first keys unseen when N_k > N_q + left: whole key blocks visit no
     # query tile and must still write dK = dV = 0
     q, k, v, do = make_inputs(Case(1, 2, 100, 700, 64, False, "float16", seed=2), DEVICE)
-    dk, dv = _check(q, k, v, do, False, window=(50, 0))
-    assert torch.all(dk[:, :, :550] == 0) and torch.all(dv[:, :, :550] == 0)
+    for fused in (False, True):
+        dk, dv = _check(q, k, v, do, False, window=(50, 0), fused=fused)
+        assert torch.all(dk[:, :, :550] == 0) and torch.all(dv[:, :, :550] == 0)
 
 
 @sm90
 @gpu
 def test_queries_that_see_no_key():
     # causal with N_q > N_k: the first N_q - N_k queries see nothing (lse = -inf)
-    _check(*make_inputs(Case(1, 2, 700, 50, 128, True, "float16", seed=4), DEVICE), True)
+    q, k, v, do = make_inputs(Case(1, 2, 700, 50, 128, True, "float16", seed=4), DEVICE)
+    _check(q, k, v, do, True)
+    _check(q, k, v, do, True, fused=True)  # and their dQ rows stay 0
 
 
 @sm90
@@ -387,7 +431,9 @@ def test_long_sequences_wrap_the_ring_many_times(causal):
     # 32 query tiles x 2 query heads per program over a ring of 3 slots; float64 reference
     # of moderate size (its backward holds several N_q x N_k arrays per head)
     case = Case(1, 4, 2048, 2048, 128, causal, "bfloat16", seed=3, heads_kv=2)
-    _check(*make_inputs(case, DEVICE), causal)
+    q, k, v, do = make_inputs(case, DEVICE)
+    _check(q, k, v, do, causal)
+    _check(q, k, v, do, causal, fused=True)
 
 
 @sm90
@@ -397,6 +443,7 @@ def test_scale_sign_and_size(sm_scale):
     q, k, v, do = make_inputs(Case(1, 2, 200, 300, 64, False, "float16", seed=11), DEVICE)
     _check(q, k, v, do, False, scale=sm_scale)
     _check(q, k, v, do, True, scale=sm_scale)
+    _check(q, k, v, do, False, scale=sm_scale, fused=True)  # dQ carries sm_scale too
 
 
 @sm90
@@ -428,13 +475,17 @@ def test_strided_views_and_poisoned_padding():
     q, k, v, do = (t.transpose(1, 2) for t in (qs, ks, vs, dos))
     assert not q.is_contiguous() and gb.gluon_dkdv_supported(q, k, v, True)
     dk, dv = _check(q, k, v, do, True)
+    _check(q, k, v, do, True, fused=True)
     qp, kp, vp, dop = (_poisoned(t.contiguous()) for t in (q, k, v, do))
     from flashtext.kernels.api import attention_forward
     from flashtext.kernels.backward import preprocess
 
     o, lse = attention_forward(q, k, v, causal=True, sm_scale=128**-0.5)
-    dk_p, dv_p, _ = gb.launch_dkdv(qp, kp, vp, dop, lse, preprocess(o, do), True, 128**-0.5)
+    dq_p = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dk_p, dv_p, _ = gb.launch_dkdv(qp, kp, vp, dop, lse, preprocess(o, do), True, 128**-0.5,
+                                   dq_accum=dq_p)
     assert torch.isfinite(dk_p).all() and torch.isfinite(dv_p).all()
+    assert torch.isfinite(dq_p).all()
 
 
 @sm90
@@ -459,6 +510,33 @@ def test_deterministic():
                 (out[0], out[1].transpose(2, 3).contiguous().transpose(2, 3))):
         with pytest.raises(ValueError, match="out"):
             gb.launch_dkdv(q, k, v, do, lse, delta, True, 0.1, out=bad)
+    # with dQ fused in: dK and dV are still each program's own sums (the same bits every
+    # run); dQ's shares are added in whatever order the copy engine takes them
+    fused = [gb.launch_dkdv(q, k, v, do, lse, delta, True, 0.1, dq_accum=acc)
+             for acc in (torch.zeros(q.shape, device=q.device) for _ in range(2))]
+    assert all(torch.equal(f[0], fused[0][0]) and torch.equal(f[1], fused[0][1]) for f in fused)
+    with pytest.raises(ValueError, match="dq_accum"):
+        gb.launch_dkdv(q, k, v, do, lse, delta, True, 0.1, dq_accum=torch.zeros_like(q))
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("d, causal", [(64, False), (128, False), (128, True)])
+def test_fused_dq_is_right_on_every_run(d, causal):
+    # dQ's shares meet in shared memory and leave through one staging tile per warpgroup, and
+    # the last tile's share reads K halves that the warpgroups then overwrite with dK: a
+    # missing wait anywhere there shows up as a wrong dQ on some runs, not on all
+    from flashtext.kernels.api import attention_forward
+    from flashtext.kernels.backward import backward
+
+    q, k, v, do = make_inputs(Case(2, 8, 2048, 2048, d, causal, "bfloat16", seed=9), DEVICE)
+    o, lse = attention_forward(q, k, v, causal=causal)
+    scale = d ** -0.5
+    want = backward(do, q, k, v, o, lse, causal, scale)[0]  # Triton's dQ pass
+    tol = 4 * 2.0**-8 * float(want.abs().max())
+    for run in range(10):
+        dq = backward(do, q, k, v, o, lse, causal, scale, dkdv_kernel="gluon", fuse_dq=True)[0]
+        assert float((dq - want).abs().max()) <= tol, run
 
 
 @sm90
@@ -482,22 +560,26 @@ def test_supported_says_no_to_what_it_cannot_run():
 @gpu
 def test_the_gluon_backward_holds_no_more_memory_than_the_triton_one():
     # the backward hands its own (dK, dV) to the Gluon kernel (launch_dkdv(out=)), so no second
-    # pair is alive: the peak is the same as the all-Triton backward's
+    # pair is alive: the peak is the same as the all-Triton backward's; with dQ fused in, it
+    # holds the fp32 buffer dQ is added into as well, and nothing else
     from flashtext.kernels.api import attention_forward
     from flashtext.kernels.backward import backward
 
     q, k, v, do = make_inputs(Case(2, 8, 2048, 2048, 128, True, "float16", seed=5), DEVICE)
     o, lse = attention_forward(q, k, v, causal=True)
     scale = q.shape[-1] ** -0.5
-    for kernel in ("triton", "gluon"):  # compile both first: neither peak holds one-time work
-        backward(do, q, k, v, o, lse, True, scale, dkdv_kernel=kernel)
+    runs = {"triton": dict(dkdv_kernel="triton"), "gluon": dict(dkdv_kernel="gluon"),
+            "fused": dict(dkdv_kernel="gluon", fuse_dq=True)}
+    for how in runs.values():  # compile all first: no peak holds one-time work
+        backward(do, q, k, v, o, lse, True, scale, **how)
     peaks = {}
-    for kernel in ("triton", "gluon"):
+    for name, how in runs.items():
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        grads = backward(do, q, k, v, o, lse, True, scale, dkdv_kernel=kernel)
+        grads = backward(do, q, k, v, o, lse, True, scale, **how)
         torch.cuda.synchronize()
-        peaks[kernel] = torch.cuda.max_memory_allocated() - base
+        peaks[name] = torch.cuda.max_memory_allocated() - base
         del grads
     assert peaks["gluon"] <= peaks["triton"], peaks
+    assert peaks["fused"] <= peaks["triton"] + 4 * q.numel(), peaks

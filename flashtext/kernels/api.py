@@ -35,8 +35,13 @@ What they accept (anything else raises ``ValueError`` naming the argument and wh
 * ``backward_kernel`` (dense calls): "auto" computes dK and dV with the Gluon FA3-style kernel on
   an sm_90 GPU where it is the faster one (d = 64 and 128, fp16 and bf16, long enough sequences:
   :mod:`flashtext.kernels.dispatch` says where) and with the Triton kernel everywhere else;
-  "triton" or "gluon" asks for one. The preprocessing and dQ are Triton's either way, and
-  either forward feeds either backward (both write the same O and lse).
+  "triton" or "gluon" asks for one. Either forward feeds either backward (both write the same
+  O and lse).
+* ``deterministic`` (flash-attn's argument): where the Gluon dK/dV kernel runs it also computes
+  dQ, adding each tile's share into an fp32 buffer through the copy engine, in an order that
+  varies from run to run (so may dQ's last bits); ``deterministic=True`` takes dQ from the
+  Triton dQ pass instead, which writes each row once. Every other path is deterministic
+  either way.
 """
 
 from __future__ import annotations
@@ -193,26 +198,26 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal: bool, sm_scale: float, window: Window, kernel: str,
-                backward_kernel: str):
+                backward_kernel: str, deterministic: bool):
         o, lse = forward(q, k, v, causal, sm_scale, window, kernel)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.args = (causal, sm_scale, window, backward_kernel)
+        ctx.args = (causal, sm_scale, window, backward_kernel, deterministic)
         return o
 
     @staticmethod
     def backward(ctx, do):
         _no_double_backward()
         q, k, v, o, lse = ctx.saved_tensors
-        causal, sm_scale, window, backward_kernel = ctx.args
+        causal, sm_scale, window, backward_kernel, deterministic = ctx.args
         dq, dk, dv = backward(do.to(q.dtype), q, k, v, o, lse, causal, sm_scale, window,
-                              backward_kernel)
-        return dq, dk, dv, None, None, None, None, None
+                              backward_kernel, deterministic)
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     sm_scale: float | None = None, window_size: Window = (-1, -1), *,
                     forward_kernel: str = "auto", backward_kernel: str = "auto",
-                    ) -> torch.Tensor:
+                    deterministic: bool = False) -> torch.Tensor:
     """Exact attention ``softmax(sm_scale * q k^T [+ mask]) v`` with FlashAttention kernels
     (FA3-style Gluon forward and dK/dV on sm_90 where they are faster, FA2 Triton kernels
     otherwise); differentiable with respect to q, k and v. See the module docstring for what it
@@ -220,7 +225,14 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     scale, window = _validate(q, k, v, causal, sm_scale, window_size)
     kernel = check_forward_kernel(forward_kernel)
     return _FlashAttention.apply(q, k, v, causal, scale, window, kernel,
-                                 check_backward_kernel(backward_kernel))
+                                 check_backward_kernel(backward_kernel),
+                                 _check_deterministic(deterministic))
+
+
+def _check_deterministic(deterministic) -> bool:
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
+    return deterministic
 
 
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -237,12 +249,13 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        o: torch.Tensor, lse: torch.Tensor, causal: bool = False,
                        sm_scale: float | None = None, window_size: Window = (-1, -1), *,
-                       backward_kernel: str = "auto",
+                       backward_kernel: str = "auto", deterministic: bool = False,
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward kernels alone: (dq, dk, dv) from the forward's O and lse and the incoming
     gradient ``do`` (chapter 11 calls this directly)."""
     scale, window = _validate(q, k, v, causal, sm_scale, window_size)
     kernel = check_backward_kernel(backward_kernel)
+    deterministic = _check_deterministic(deterministic)
     for name, t in (("do", do), ("o", o)):
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(q.shape):
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
@@ -253,7 +266,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         raise ValueError("lse must be the tensor returned by attention_forward, on q's device")
     with torch.no_grad():
         return backward(do.to(q.dtype), q, k, v, o.to(q.dtype), lse.contiguous(), causal, scale,
-                        window, kernel)
+                        window, kernel, deterministic)
 
 
 # ------------------------------------------------------------------ packed (varlen) sequences

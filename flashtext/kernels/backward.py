@@ -351,7 +351,7 @@ def preprocess(o: torch.Tensor, do: torch.Tensor, config: KernelConfig | None = 
 def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              o: torch.Tensor, lse: torch.Tensor, causal: bool, sm_scale: float,
              configs: dict[str, KernelConfig] | None = None, window: tuple[int, int] = (-1, -1),
-             dkdv_kernel: str = "triton",
+             dkdv_kernel: str = "triton", fuse_dq: bool = False,
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of ``sum(O * do)``, given the forward's O and lse.
 
@@ -361,8 +361,16 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     :func:`~flashtext.kernels.config.launch_config` per kernel ("bwd_pre", "bwd_dkdv",
     "bwd_dq"); tests use it to try several tile shapes. ``dkdv_kernel="gluon"`` computes dK and
     dV with the FA3-style Gluon kernel (:mod:`flashtext.kernels.gluon_backward`; inputs it
-    supports only, see :mod:`flashtext.kernels.dispatch`) instead of ``_attn_bwd_dkdv``.
+    supports only, see :mod:`flashtext.kernels.dispatch`) instead of ``_attn_bwd_dkdv``;
+    with ``fuse_dq=True`` that kernel computes dQ as well, adding it into an fp32 buffer through
+    the copy engine (run to run, the order of those additions varies, and so may dQ's last
+    bits), and ``_attn_bwd_dq`` does not run.
     """
+    if dkdv_kernel not in ("triton", "gluon"):
+        raise ValueError(f"dkdv_kernel must be 'triton' or 'gluon', got {dkdv_kernel!r}")
+    if fuse_dq and dkdv_kernel != "gluon":
+        raise ValueError("fuse_dq=True needs dkdv_kernel='gluon' (the Triton dK/dV kernel has "
+                         "no fused dQ)")
     z, h, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     dq = torch.empty((z, h, n_q, d), dtype=q.dtype, device=q.device)
@@ -376,10 +384,13 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         raise ValueError(f"lse must be a contiguous float32 tensor of shape {(z, h, n_q)}, "
                          f"got {tuple(lse.shape)} {lse.dtype}")
     delta = preprocess(o, do, (configs or {}).get("bwd_pre"))
+    if fuse_dq:
+        dq_accum = torch.zeros(dq.shape, dtype=torch.float32, device=dq.device)
+        launch_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window, out=(dk, dv),
+                    dq_accum=dq_accum)
+        return dq.copy_(dq_accum), dk, dv
     if dkdv_kernel == "gluon":
         dk, dv, _ = launch_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window, out=(dk, dv))
-    elif dkdv_kernel != "triton":
-        raise ValueError(f"dkdv_kernel must be 'triton' or 'gluon', got {dkdv_kernel!r}")
     dense = (q, k, v, do, dq, dk, dv)
     _launch_backward(dense, lse, delta, causal, window, sm_scale, configs, n_q, n_k,
                      strides=[x for t in dense for x in t.stride()], batch=z,

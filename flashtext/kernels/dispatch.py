@@ -20,8 +20,17 @@ fp16 and bf16, on sm_90) and some key is seen by at least :data:`GLUON_MIN_BACKW
 queries: there the H200 measured it 1.35-1.53x (d = 128) and 1.12-1.46x (d = 64) as fast as
 the Triton dK/dV pass (``scripts/probe_gluon_backward.py``). A program of the Gluon kernel
 loops over the query tiles that see its keys, and with fewer of them (N = 512 and 1k in the
-sweep) its backward ran 0.63-1.20x as fast as the Triton one. The preprocessing and the dQ pass
-are Triton's either way.
+sweep) its backward ran 0.63-1.20x as fast as the Triton one. The preprocessing is Triton's
+either way.
+
+Where the Gluon dK/dV kernel runs, it computes dQ as well (FlashAttention-3's way: each tile's
+share added into an fp32 buffer by the copy engine's reduce-add) unless the caller asks for a
+``deterministic`` backward, or d = 64 with a mask (causal or a window): there
+(``flashtext/data/gluon_backward_probe_h200.json`` and ``BENCHMARKS.md``) the fused backward was
+1.09-1.15x as fast as the Gluon dK/dV with Triton's dQ pass at d = 128 (GQA and windows
+included, but for one short causal GQA case at 0.98x) and 1.10-1.13x at d = 64 without a mask,
+but 0.88-1.01x at d = 64 with one. Elsewhere the dQ pass is Triton's ``_attn_bwd_dq``, which
+writes each row of dQ once, so that the whole backward is bitwise reproducible.
 """
 
 from __future__ import annotations
@@ -74,6 +83,13 @@ def prefers_gluon_backward(head_dim: int, n_q: int, n_k: int, causal: bool,
     """The dK/dV rule alone, by shape: is the Gluon dK/dV the faster one on sm_90 here?"""
     return head_dim in gluon_backward.HEAD_DIMS and \
         widest_query_span(n_q, n_k, causal, window) >= GLUON_MIN_BACKWARD_QUERIES
+
+
+def prefers_fused_dq(head_dim: int, causal: bool, window: Window = (-1, -1)) -> bool:
+    """Where the Gluon dK/dV kernel runs: is computing dQ in it (rather than in Triton's dQ
+    pass) the faster one on sm_90? Not at d = 64 with a mask."""
+    masked = causal or tuple(window) != (-1, -1)
+    return head_dim in gluon_backward.HEAD_DIMS and not (head_dim == 64 and masked)
 
 
 def prefers_gluon(head_dim: int, n_q: int, n_k: int, causal: bool,
@@ -153,20 +169,27 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
 def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              o: torch.Tensor, lse: torch.Tensor, causal: bool, sm_scale: float,
              window: Window = (-1, -1), backward_kernel: str = "auto",
+             deterministic: bool = False,
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) with the dK/dV kernel :func:`choose_backward` picks, or the one
-    ``backward_kernel`` names ("gluon" raises a ValueError on inputs it does not support)."""
+    ``backward_kernel`` names ("gluon" raises a ValueError on inputs it does not support).
+    The Gluon kernel computes dQ as well where :func:`prefers_fused_dq` holds, unless
+    ``deterministic``: then dQ comes from Triton's dQ pass, and the same inputs give the same
+    bits every run."""
     kernel = choose_backward(q, k, v, causal, window) if backward_kernel == "auto" \
         else backward_kernel
     if kernel == "gluon" and not gluon_backward.gluon_dkdv_supported(q, k, v, causal, window):
         raise _unsupported("backward_kernel", "the Gluon dK/dV kernel", gluon_backward.HEAD_DIMS,
                            q)
+    fuse_dq = kernel == "gluon" and not deterministic and \
+        prefers_fused_dq(q.shape[-1], causal, window)
     return triton_backward(do, q, k, v, o, lse, causal, sm_scale, window=window,
-                           dkdv_kernel=kernel)
+                           dkdv_kernel=kernel, fuse_dq=fuse_dq)
 
 
 __all__ = ["BACKWARD_KERNELS", "FORWARD_KERNELS", "GLUON_HEAD_DIMS",
            "GLUON_MIN_BACKWARD_QUERIES", "GLUON_MIN_MASKED_KEYS", "backward",
            "check_backward_kernel", "check_forward_kernel", "choose_backward", "choose_forward",
-           "forward", "prefers_gluon", "prefers_gluon_backward", "widest_key_span",
+           "forward", "prefers_fused_dq", "prefers_gluon", "prefers_gluon_backward",
+           "widest_key_span",
            "widest_query_span"]

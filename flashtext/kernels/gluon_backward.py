@@ -185,13 +185,14 @@ if HAVE_GLUON:
         return gl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E, delta
 
     @gluon.jit
-    def _dkdv_consumer(WG: gl.constexpr, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem,
-                       ds_smem, dq_smem, dq_desc, bars, LSE, DELTA, DQ, sm_scale, qk_scale, H_KV, GROUP, N_Q,
-                       N_K, LEFT, RIGHT, n_n_blocks, HEAD_DIM: gl.constexpr,
+    def _dkdv_consumer(WG: gl.constexpr, dk_desc, dv_desc, dq_desc, q_smem, do_smem, k_smem,
+                       v_smem, ds_smem, dq_smem, bars, LSE, DELTA, sm_scale, qk_scale, H_KV,
+                       GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks, HEAD_DIM: gl.constexpr,
                        BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-                       HAS_RIGHT: gl.constexpr, FUSE_DQ: gl.constexpr, DQ_TMA: gl.constexpr):
+                       HAS_RIGHT: gl.constexpr, FUSE_DQ: gl.constexpr):
         """One consumer warpgroup: dK and dV of 64 keys, accumulated over the query tiles;
-        with FUSE_DQ, also a 64 x 64 share of each tile's dQ = dS K, added into DQ."""
+        with FUSE_DQ, also a 64 x 64 share of each tile's dQ = sm_scale * dS K, added into
+        the fp32 tensor behind ``dq_desc`` by the copy engine."""
         kv_ready, q_ready, do_ready, empty, ds_ready, ds_free = bars
         # wgmma accumulators: S^T and dP^T are 64 x BLOCK_M, dK and dV 64 x HEAD_DIM, over 4
         # warps; P^T and dS^T feed the dV / dK GEMMs from registers as their A operand
@@ -229,12 +230,8 @@ if HAVE_GLUON:
                                                       instr_shape=[16, 64, 16])
         SPLIT_ROWS: gl.constexpr = BLOCK_M == 128
         dq_zero = gl.zeros([64, 64], gl.float32, Q_L)
-        dq_rows = gl.arange(0, 64, layout=gl.SliceLayout(1, Q_L))
-        dq_cols = gl.arange(0, 64, layout=gl.SliceLayout(0, Q_L))
-        if SPLIT_ROWS:
-            dq_rows = dq_rows + WG * 64
-        else:
-            dq_cols = dq_cols + WG * 64
+        dq_row0 = WG * 64 if SPLIT_ROWS else 0
+        dq_col0 = 0 if SPLIT_ROWS else WG * 64
         mbarrier.wait(kv_ready.index(0), 0)
 
         # the tiles in the producer's order; each tile's row statistics are loaded one tile
@@ -300,34 +297,24 @@ if HAVE_GLUON:
                 dk, dv, p_op, ds_op, dq = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op, dq])
                 mbarrier.arrive(empty.index(slot), count=1)
                 mbarrier.arrive(ds_free.index(buf), count=1)
-                off_h = off_hk * GROUP + t // n_tiles
-                if DQ_TMA:
-                    # the copy engine adds the tile into DQ (rows past N_Q clipped), once it
-                    # has read the previous one out of this warpgroup's staging tile
-                    tma.store_wait(0)
-                    _thread_barrier()
-                    dq_smem.index(WG).reshape([64, 64]).store(dq)
-                    fence_async_shared()
-                    r0 = start_m
-                    c0 = 0
-                    if SPLIT_ROWS:
-                        r0 = r0 + WG * 64
-                    else:
-                        c0 = WG * 64
-                    _tma_reduce_add(dq_desc, [off_z, off_h, r0, c0], dq_smem.index(WG))
-                else:
-                    # fp32 atomics (reductions: nothing waits for them) into DQ (Z, H, N_Q, d)
-                    rows = gl.expand_dims(start_m + dq_rows, 1)
-                    head = (off_z * (H_KV * GROUP) + off_h).to(gl.int64) * N_Q
-                    ptrs = DQ + (head + rows) * HEAD_DIM + gl.expand_dims(dq_cols, 0)
-                    gl.atomic_add(ptrs, dq, mask=rows < N_Q, sem="relaxed")
+                # the copy engine adds the tile (times sm_scale) into DQ, rows past N_Q
+                # clipped, once it has read the previous one out of this warpgroup's
+                # staging tile
+                tma.store_wait(0)
+                _thread_barrier()
+                dq_smem.index(WG).reshape([64, 64]).store(dq * sm_scale)
+                fence_async_shared()
+                _tma_reduce_add(dq_desc, [off_z, off_hk * GROUP + t // n_tiles,
+                                          start_m + dq_row0, dq_col0], dq_smem.index(WG))
             else:
                 dk, dv, p_op, ds_op = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op])
                 mbarrier.arrive(empty.index(slot), count=1)
             lse2, delta = next_lse2, next_delta
 
-        if FUSE_DQ and DQ_TMA:
-            tma.store_wait(0)
+        if FUSE_DQ and total > 0:
+            # the other warpgroup's dQ GEMMs read this warpgroup's K half too: wait until
+            # both are done with the last tile's before writing dK over it
+            mbarrier.wait(ds_free.index((total - 1) % 2), ((total - 1) // 2) & 1)
         # dK, dV leave through the copy engine (rows past N_K clipped) from this warpgroup's
         # own K and V slots, which no GEMM reads any more
         dk = dk * sm_scale
@@ -343,12 +330,11 @@ if HAVE_GLUON:
     @gluon.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_K", "LEFT", "RIGHT",
                                   "n_n_blocks"])
     def _attn_bwd_dkdv_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, LSE,
-                          DELTA, DQ,
+                          DELTA,
                           sm_scale, qk_scale, H_KV, GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks,
                           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                           HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-                          FUSE_DQ: gl.constexpr, DS_BUFS: gl.constexpr,
-                          DQ_TMA: gl.constexpr):
+                          FUSE_DQ: gl.constexpr, DS_BUFS: gl.constexpr):
         # one program per (batch * K/V head, key block of 128); shared memory: K and V (two
         # 64-key halves each, later dK and dV's staging), the Q / dO ring, barriers
         k_smem = gl.allocate_shared_memory(k_desc.dtype, [2] + k_desc.block_type.shape,
@@ -368,8 +354,8 @@ if HAVE_GLUON:
         ds_smem = gl.allocate_shared_memory(
             q_desc.dtype, [DS_BUFS, BLOCK_M, 64],
             gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
-        # and with the copy engine's reduce-add: a 64 x 64 fp32 staging tile per warpgroup
-        if FUSE_DQ and DQ_TMA:
+        # and a 64 x 64 fp32 tile per warpgroup that the copy engine adds into dQ
+        if FUSE_DQ:
             dq_smem = gl.allocate_shared_memory(dq_desc.dtype, [2] + dq_desc.block_type.shape,
                                                 dq_desc.layout)
         else:
@@ -391,28 +377,27 @@ if HAVE_GLUON:
             (_dkdv_producer, (q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem,
                               bars, H_KV, GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks, BLOCK_M,
                               STAGES, HAS_LEFT, HAS_RIGHT)),
-            (_dkdv_consumer, (0, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, ds_smem,
-                              dq_smem, dq_desc, bars, LSE, DELTA, DQ, sm_scale, qk_scale, H_KV, GROUP, N_Q, N_K,
-                              LEFT, RIGHT, n_n_blocks, HEAD_DIM, BLOCK_M, STAGES, HAS_LEFT,
-                              HAS_RIGHT, FUSE_DQ, DQ_TMA)),
-            (_dkdv_consumer, (1, dk_desc, dv_desc, q_smem, do_smem, k_smem, v_smem, ds_smem,
-                              dq_smem, dq_desc, bars, LSE, DELTA, DQ, sm_scale, qk_scale, H_KV, GROUP, N_Q, N_K,
-                              LEFT, RIGHT, n_n_blocks, HEAD_DIM, BLOCK_M, STAGES, HAS_LEFT,
-                              HAS_RIGHT, FUSE_DQ, DQ_TMA)),
+            (_dkdv_consumer, (0, dk_desc, dv_desc, dq_desc, q_smem, do_smem, k_smem, v_smem,
+                              ds_smem, dq_smem, bars, LSE, DELTA, sm_scale, qk_scale, H_KV,
+                              GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks, HEAD_DIM, BLOCK_M,
+                              STAGES, HAS_LEFT, HAS_RIGHT, FUSE_DQ)),
+            (_dkdv_consumer, (1, dk_desc, dv_desc, dq_desc, q_smem, do_smem, k_smem, v_smem,
+                              ds_smem, dq_smem, bars, LSE, DELTA, sm_scale, qk_scale, H_KV,
+                              GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks, HEAD_DIM, BLOCK_M,
+                              STAGES, HAS_LEFT, HAS_RIGHT, FUSE_DQ)),
         ], [4, 4], [240, 240])
 
 
 def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), *,
                      block_m: int | None = None, stages: int | None = None,
-                     fuse_dq: bool = False, dq_tma: bool = True) -> dict:
+                     fuse_dq: bool = False) -> dict:
     """The compile-time constants of one kernel variant (``block_m`` / ``stages`` override
     :func:`tile_config`; ``fuse_dq``: the kernel adds dQ into an fp32 buffer too)."""
     default_m, default_stages = tile_config(head_dim)
     left, right = window
     return dict(HEAD_DIM=head_dim, BLOCK_M=block_m or default_m,
                 STAGES=stages or default_stages, HAS_LEFT=left >= 0,
-                HAS_RIGHT=causal or right >= 0, FUSE_DQ=fuse_dq, DS_BUFS=4 if fuse_dq else 1,
-                DQ_TMA=dq_tma)
+                HAS_RIGHT=causal or right >= 0, FUSE_DQ=fuse_dq, DS_BUFS=4 if fuse_dq else 1)
 
 
 def dkdv_tile_plan(start_n: int, n_q: int, n_k: int, block_m: int, causal: bool,
@@ -463,8 +448,10 @@ def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
     (Z, H_KV, N_K, d) in k's dtype, summed over the query heads sharing a K/V head.
     ``out=(dk, dv)`` writes them into those tensors (contiguous, that shape and dtype) rather
     than new ones, so a caller that already holds the pair doesn't hold two.
-    ``dq_accum``: a zeroed contiguous float32 (Z, H, N_Q, d) tensor the kernel adds
-    dS K into (dQ / sm_scale), with fp32 atomics, in an order that varies from run to run.
+    ``dq_accum``: a zeroed contiguous float32 (Z, H, N_Q, d) tensor; the kernel then computes
+    dQ too and adds it into that tensor, one (query tile, key block) share at a time through
+    the copy engine's reduce-add, in an order that varies from run to run (dK and dV do not
+    change: their sums are the program's own).
     ``overrides``: ``block_m`` / ``stages`` (see :func:`kernel_constants`).
     """
     if not gluon_dkdv_supported(q, k, v, causal, window):
@@ -482,12 +469,8 @@ def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
                              f"got {tuple(t.shape)} {t.dtype}")
     do = do if _tma_layout_ok(do) else do.contiguous()
     lse, delta = lse.contiguous(), delta.contiguous()
-    if dq_accum is not None and (
-            not isinstance(dq_accum, torch.Tensor) or dq_accum.shape != q.shape
-            or dq_accum.dtype != torch.float32 or dq_accum.device != q.device
-            or not dq_accum.is_contiguous()):
-        raise ValueError(f"dq_accum must be a contiguous float32 tensor of shape "
-                         f"{tuple(q.shape)} on {q.device}")
+    if dq_accum is not None:
+        _checked_dq_accum(dq_accum, q)
     constants = kernel_constants(d, causal, tuple(window), fuse_dq=dq_accum is not None,
                                  **overrides)
     if out is None:
@@ -501,18 +484,32 @@ def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
     kernel = _attn_bwd_dkdv_ws[(n_n_blocks * z * h_kv,)](
         _descriptor(q, block_m), _descriptor(k, WG_N), _descriptor(v, WG_N),
         _descriptor(do, block_m), _descriptor(dk, WG_N), _descriptor(dv, WG_N),
-        _dq_descriptor(dq_accum if dq_accum is not None else q), lse, delta,
-        dq_accum if dq_accum is not None else lse, sm_scale, sm_scale * LOG2E, h_kv, h // h_kv, n_q, n_k, left, right, n_n_blocks,
-        **constants, num_warps=4)
+        _dq_descriptor(dq_accum if dq_accum is not None else q), lse, delta, sm_scale,
+        sm_scale * LOG2E, h_kv, h // h_kv, n_q, n_k, left, right, n_n_blocks, **constants,
+        num_warps=4)
     return dk, dv, kernel
 
 
 def _dq_descriptor(t: torch.Tensor):
-    """The copy engine's view of the dQ accumulator: 64 x 64 tiles (one warpgroup's share)."""
+    """The copy engine's view of the dQ accumulator: 64 x 64 tiles (one warpgroup's share).
+    Without a fused dQ the kernel never touches it, and q stands in."""
     block = [1, 1, 64, 64]
     dtype = gl.float32 if t.dtype == torch.float32 else _gl_dtype(t.dtype)
     layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
     return _GluonDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+
+def _checked_dq_accum(dq_accum, q: torch.Tensor) -> torch.Tensor:
+    """``dq_accum`` as the fp32 buffer the copy engine can add dQ into, or a ValueError."""
+    if (not isinstance(dq_accum, torch.Tensor) or dq_accum.shape != q.shape
+            or dq_accum.dtype != torch.float32 or dq_accum.device != q.device
+            or not dq_accum.is_contiguous()):
+        got = (f"{tuple(dq_accum.shape)} {dq_accum.dtype} on {dq_accum.device}, "
+               f"contiguous={dq_accum.is_contiguous()}" if isinstance(dq_accum, torch.Tensor)
+               else type(dq_accum).__name__)
+        raise ValueError(f"dq_accum must be a contiguous torch.float32 tensor of shape "
+                         f"{tuple(q.shape)} on {q.device}, got {got}")
+    return dq_accum
 
 
 def _checked_out(out, shape: tuple[int, ...], k: torch.Tensor):
@@ -548,7 +545,7 @@ def compile_sm90_dkdv(head_dim: int = 128, dtype: torch.dtype = torch.float16,
                  dk_desc=_descriptor(k, WG_N), dv_desc=_descriptor(k, WG_N),
                  dq_desc=_dq_descriptor(q.float() if constants["FUSE_DQ"] else q))
     signature = {name: mangle_type(desc) for name, desc in descs.items()}
-    signature.update(LSE="*fp32", DELTA="*fp32", DQ="*fp32", sm_scale="fp32", qk_scale="fp32",
+    signature.update(LSE="*fp32", DELTA="*fp32", sm_scale="fp32", qk_scale="fp32",
                      H_KV="i32", GROUP="i32", N_Q="i32", N_K="i32", LEFT="i32", RIGHT="i32",
                      n_n_blocks="i32")
     source = GluonASTSource(_attn_bwd_dkdv_ws, signature, constants)
