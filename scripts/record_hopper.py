@@ -93,8 +93,8 @@ PTX_PATTERNS = {
     "st_shared": r"\bst\.shared\b",
 }
 # SASS opcodes, counted as whole words at the start of an instruction
-SASS_OPCODES = ("HGMMA", "UTMALDG", "UTMASTG", "USETMAXREG", "HMMA", "LDGSTS", "LDG", "MUFU.EX2",
-                "SYNCS")
+SASS_OPCODES = ("HGMMA", "UTMALDG", "UTMASTG", "UTMAREDG", "USETMAXREG", "HMMA", "LDGSTS", "LDG",
+                "MUFU.EX2", "SYNCS")
 
 
 def count_ptx(ptx: str) -> dict[str, int]:
@@ -252,13 +252,13 @@ class GluonCaptured:
     """One launch of a Gluon kernel, which ``flash_attention`` runs on sm_90 where
     :mod:`flashtext.kernels.dispatch` picks it: the forward
     (:mod:`flashtext.kernels.gluon_forward`, ``kind="forward"``) or the dK/dV pass
-    (:mod:`flashtext.kernels.gluon_backward`, ``kind="dkdv"``); its case and, once launched,
-    the kernel that ran."""
+    (:mod:`flashtext.kernels.gluon_backward`, ``kind="dkdv"``, with ``fused_dq`` when it
+    computed dQ too); its case and, once launched, the kernel that ran."""
 
     def __init__(self, dtype, head_dim: int, causal: bool, window, kernel=None,
-                 kind: str = "forward"):
+                 kind: str = "forward", fused_dq: bool = False):
         self.dtype, self.head_dim, self.causal, self.window = dtype, head_dim, causal, window
-        self.kernel, self.kind = kernel, kind
+        self.kernel, self.kind, self.fused_dq = kernel, kind, fused_dq
 
 
 @contextlib.contextmanager
@@ -293,7 +293,8 @@ def captured_launches(run: bool):
                 torch.zeros(q.shape[:-1], dtype=torch.float32), None)
 
     def capture_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1), **overrides):
-        seen.append(GluonCaptured(q.dtype, q.shape[-1], causal, tuple(window), kind="dkdv"))
+        seen.append(GluonCaptured(q.dtype, q.shape[-1], causal, tuple(window), kind="dkdv",
+                                  fused_dq=overrides.get("dq_accum") is not None))
         if run:
             dk, dv, seen[-1].kernel = real_dkdv(q, k, v, do, lse, delta, causal, sm_scale,
                                                 window, **overrides)
@@ -388,15 +389,16 @@ def describe_gluon(c: GluonCaptured, with_sass: bool) -> dict:
     from flashtext.kernels import gluon_forward as gf
 
     if c.kind == "dkdv":
-        kernel = c.kernel or gb.compile_sm90_dkdv(c.head_dim, c.dtype, c.causal, c.window)
-        constants = gb.kernel_constants(c.head_dim, c.causal, c.window)
+        kernel = c.kernel or gb.compile_sm90_dkdv(c.head_dim, c.dtype, c.causal, c.window,
+                                                  fuse_dq=c.fused_dq)
+        constants = gb.kernel_constants(c.head_dim, c.causal, c.window, fuse_dq=c.fused_dq)
         meta = kernel.metadata
         meta = meta._asdict() if hasattr(meta, "_asdict") else dict(vars(meta))
         row = describe(kernel.name, kernel.asm["ptx"],
                        kernel.asm.get("cubin") if with_sass else None, meta)
-        return {**row, "gluon": True, "kind": "dkdv", "use_tma": True,
+        return {**row, "gluon": True, "kind": "dkdv", "fused_dq": c.fused_dq, "use_tma": True,
                 "descriptor_args": ["q_desc", "k_desc", "v_desc", "do_desc", "dk_desc",
-                                    "dv_desc"],
+                                    "dv_desc", "dq_desc"],
                 "config": {"BLOCK_M": constants["BLOCK_M"], "BLOCK_N": gb.BLOCK_N,
                            "STAGES": constants["STAGES"], "num_warps": meta.get("num_warps")}}
     kernel = c.kernel or gf.compile_sm90(c.head_dim, c.dtype, c.causal, c.window)

@@ -395,15 +395,16 @@ def test_record_hopper_previews_the_forward_for_sm90_without_a_gpu():
     preview = json.loads(out.stdout.strip().splitlines()[-1])
     kernels = {k["name"]: k for k in preview["library"]["kernels"]}
     # what flash_attention launches on sm_90 for this case (fp16, d = 128, causal, N = 4096):
-    # the Gluon forward and dK/dV, with their producers' and consumers' register budgets, and
-    # Triton's preprocessing and dQ passes
+    # the Gluon forward and dK/dV (dQ fused in, added by the copy engine), with their
+    # producers' and consumers' register budgets, and Triton's preprocessing
     for name, kind in (("_attn_fwd_ws", "forward"), ("_attn_bwd_dkdv_ws", "dkdv")):
         k = kernels[name]
         assert k["gluon"] and k["kind"] == kind, name
         assert k["sass"]["USETMAXREG"] > 0 and k["sass"]["UTMALDG"] > 0, name
         assert k["ptx"]["wgmma"] > 0 and k["ptx"]["mma_sync"] == 0, name
-    assert set(kernels) == {"_attn_fwd_ws", "_attn_bwd_preprocess", "_attn_bwd_dkdv_ws",
-                            "_attn_bwd_dq"}
+    assert kernels["_attn_bwd_dkdv_ws"]["fused_dq"]
+    assert kernels["_attn_bwd_dkdv_ws"]["sass"]["UTMAREDG"] > 0
+    assert set(kernels) == {"_attn_fwd_ws", "_attn_bwd_preprocess", "_attn_bwd_dkdv_ws"}
     assert len(preview["probes"]) == 3
 
 

@@ -263,8 +263,8 @@ def test_record_hopper_describes_each_launch_with_what_ran():
 def test_record_hopper_captures_the_gluon_forward_where_sm90_runs_it():
     """Without a GPU the capture takes sm_90's choice of kernels: the Gluon forward for a
     long d = 128 call, the Triton one for a short causal one; the Gluon dK/dV for long calls at
-    d = 64 and 128 (between the Triton preprocessing and dQ passes), the Triton one for short
-    calls and where asked for."""
+    d = 64 and 128 (after the Triton preprocessing, with dQ fused in where the rule says, else
+    before the Triton dQ pass), the Triton one for short calls and where asked for."""
     from types import SimpleNamespace
 
     from flashtext.kernels import dispatch
@@ -279,14 +279,20 @@ def test_record_hopper_captures_the_gluon_forward_where_sm90_runs_it():
 
     rh = _record_hopper()
     gluon_backward = ["_attn_bwd_preprocess", "gluon dkdv", "_attn_bwd_dq"]
+    fused_backward = ["_attn_bwd_preprocess", "gluon dkdv"]
     triton_backward = ["_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"]
     for d, causal, n in ((128, False, 256), (128, True, 2048), (128, True, 1024),
-                         (64, True, 2048), (64, False, 100)):
+                         (64, True, 2048), (64, False, 2048), (64, False, 100)):
         seen, _ = rh.dispatched_launches("float16", d, causal, n, "cpu", run=False)
         forward = "gluon forward" if dispatch.prefers_gluon(d, n, n, causal) else "_attn_fwd"
-        backward = gluon_backward if dispatch.prefers_gluon_backward(d, n, n, causal) \
-            else triton_backward
+        backward = triton_backward
+        if dispatch.prefers_gluon_backward(d, n, n, causal):
+            fused = dispatch.prefers_fused_dq(d, causal)
+            backward = fused_backward if fused else gluon_backward
+            assert [c.fused_dq for c in seen if getattr(c, "kind", "") == "dkdv"] == [fused]
         assert names(seen) == [forward, *backward], (d, causal, n)
+    seen, _ = rh.dispatched_launches("float16", 128, True, 2048, "cpu", run=False)
+    assert names(seen) == ["gluon forward", *fused_backward]  # d = 128: dQ fused in
     assert {tuple(names(rh.dispatched_launches("float16", 64, True, n, "cpu", run=False)[0]))
             for n in (100, 2048)} == {("_attn_fwd", *b) for b in (gluon_backward,
                                                                   triton_backward)}
@@ -306,7 +312,8 @@ def test_record_hopper_captures_the_gluon_forward_where_sm90_runs_it():
     assert row["name"] == "_attn_bwd_dkdv_ws" and row["kind"] == "dkdv"
     assert row["config"] == {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 2, "num_warps": 12}
     assert row["descriptor_args"] == ["q_desc", "k_desc", "v_desc", "do_desc", "dk_desc",
-                                      "dv_desc"]
+                                      "dv_desc", "dq_desc"]
+    assert row["fused_dq"] is False  # d = 64, causal: dQ from the Triton pass
     seen, _ = rh.dispatched_launches("float16", 128, False, 256, "cpu", run=False)
     seen[0].kernel = SimpleNamespace(
         name="_attn_fwd_ws", asm={"ptx": "setmaxnreg.dec.sync.aligned.u32 24; "
