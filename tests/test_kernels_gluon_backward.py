@@ -44,6 +44,11 @@ def test_tile_config_fits_shared_memory_and_registers():
     for d in gb.HEAD_DIMS:
         block_m, stages = gb.tile_config(d)
         assert gb.shared_memory_bytes(d, block_m, stages) <= 227 * 1024
+        # dQ fused in: at d = 128 (160 KB of K, V and three Q / dO stages) 64 KB more: 224 KB
+        fused = gb.shared_memory_bytes(d, block_m, stages, fuse_dq=True)
+        assert fused - gb.shared_memory_bytes(d, block_m, stages) == \
+            2 * 2 * block_m * 128 + 2 * 4 * 64 * 64
+        assert fused <= 227 * 1024
         # dK, dV (64 x d) and S^T, dP^T (64 x BLOCK_M) fp32 accumulators per consumer thread
         assert (2 * 64 * d + 2 * 64 * block_m) // 128 <= 240 - 32
     for d in (96, 256):  # 256: dK and dV alone would need 256 of a consumer's 240 registers

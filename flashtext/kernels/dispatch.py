@@ -24,13 +24,13 @@ sweep) its backward ran 0.63-1.20x as fast as the Triton one. The preprocessing 
 either way.
 
 Where the Gluon dK/dV kernel runs, it computes dQ as well (FlashAttention-3's way: each tile's
-share added into an fp32 buffer by the copy engine's reduce-add) unless the caller asks for a
-``deterministic`` backward, or d = 64 with a mask (causal or a window): there
-(``flashtext/data/gluon_backward_probe_h200.json`` and ``BENCHMARKS.md``) the fused backward was
-1.09-1.15x as fast as the Gluon dK/dV with Triton's dQ pass at d = 128 (GQA and windows
-included, but for one short causal GQA case at 0.98x) and 1.10-1.13x at d = 64 without a mask,
-but 0.88-1.01x at d = 64 with one. Elsewhere the dQ pass is Triton's ``_attn_bwd_dq``, which
-writes each row of dQ once, so that the whole backward is bitwise reproducible.
+share added into an fp32 buffer by the copy engine's reduce-add), unless the caller asks for a
+``deterministic`` backward or d = 64 comes with a mask (causal or a window). In an H200 probe
+(``scripts/records/gluon_backward_fused_dq_h200.json``, ``BENCHMARKS.md``: fp16 and bf16,
+N = 2k to 16k) the fused backward ran 1.09-1.15x as fast as the Gluon dK/dV beside Triton's dQ
+pass at d = 128, masked or not, and at d = 64 without a mask, but 0.95-1.01x at d = 64 with a
+causal mask. Elsewhere dQ comes from Triton's ``_attn_bwd_dq``, which writes each row of dQ
+once, so that the whole backward gives the same bits on every run.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""A FlashAttention-3-style dK/dV backward for Hopper (sm_90), written in Gluon (chapter 13).
+"""A FlashAttention-3-style backward for Hopper (sm_90), written in Gluon (chapter 13).
 
 The dK/dV half of the backward (:mod:`flashtext.kernels.backward` has the Triton version,
-``_attn_bwd_dkdv``; dQ stays with its separate Triton pass ``_attn_bwd_dq``), organised as
-FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608) organises it, in the style of
-:mod:`flashtext.kernels.gluon_forward`:
+``_attn_bwd_dkdv``), and optionally dQ with it (else dQ comes from the separate Triton pass
+``_attn_bwd_dq``), organised as FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608)
+organises it, in the style of :mod:`flashtext.kernels.gluon_forward`:
 
 * **One program per key block.** A program (CTA) owns BLOCK_N = 128 keys of one (batch, K/V
   head); dK and dV for them stay in registers while it streams every query block that sees
@@ -26,6 +26,17 @@ FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608) organises it, in the style
   query tiles no key of the block sees are never loaded, and only tiles that cross a window
   edge for one of the warpgroup's keys compute a mask. Rows past N_Q come from the copy engine
   as zeros with lse = +inf (P = 0); keys past N_K produce rows of dK, dV the output copy clips.
+* **dQ, fused in** (``FUSE_DQ``, :func:`launch_dkdv`'s ``dq_accum``): a program sees each query
+  tile once per query head but owns none of its dQ = sm_scale * dS K, a sum over every key
+  block. So each consumer writes its dS (tile rows x its 64 keys) to shared memory, the two
+  halves meet (mbarriers ``ds_ready`` / ``ds_free``, two buffers), and each consumer multiplies
+  its share: its 64 of the tile's 128 rows at d = 64, its 64 of the 128 columns at d = 128,
+  over all 128 keys. The 64 x 64 fp32 result goes to a staging tile in shared memory, and the
+  copy engine adds it into a zeroed fp32 buffer (``cp.reduce.async.bulk.tensor ... .add``)
+  while the consumer moves on. Per element fp32 atomics (``red.global.add``) did the same
+  1.17-1.34x slower on the H200 and made the backward slower than a separate dQ pass
+  (``BENCHMARKS.md``). The order of the additions varies from run to run; dK and dV stay each
+  program's own.
 * lse and delta (= rowsum(dO * O), ``backward.preprocess``) are read by the consumers
   themselves, not the producer (no copy-engine tiles for them: a (Z, H, N_Q) float32 row has
   16-byte aligned strides only when N_Q is a multiple of 4): plain loads of one number a
@@ -106,9 +117,13 @@ def tile_config(head_dim: int) -> tuple[int, int]:
     raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
 
 
-def shared_memory_bytes(head_dim: int, block_m: int, stages: int) -> int:
-    """Tile bytes in shared memory (fp16/bf16; barriers and alignment not counted)."""
-    return 2 * (2 * BLOCK_N * head_dim + stages * 2 * block_m * head_dim)
+def shared_memory_bytes(head_dim: int, block_m: int, stages: int, fuse_dq: bool = False) -> int:
+    """Tile bytes in shared memory (fp16/bf16; barriers and alignment not counted). A fused dQ
+    adds two buffers of dS (block_m x 128 keys, 2 bytes) and two 64 x 64 fp32 staging tiles."""
+    tiles = 2 * (2 * BLOCK_N * head_dim + stages * 2 * block_m * head_dim)
+    if fuse_dq:
+        tiles += 2 * 2 * block_m * BLOCK_N + 2 * 4 * WG_N * WG_N
+    return tiles
 
 
 if HAVE_GLUON:
