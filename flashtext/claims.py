@@ -59,6 +59,10 @@ CITED: dict[str, Cited] = dict([
     _cited("gluon_probe_h200", "13", True,
            "PYTHONPATH=. python scripts/probe_gluon.py --json "
            f"flashtext/data/gluon_probe_h200.json {H200}"),
+    # the backward with dQ fused into the Gluon dK/dV kernel against the separate dQ pass
+    _cited("gluon_backward_probe_h200", "13", True,
+           "PYTHONPATH=. python scripts/probe_gluon_backward.py --variants --json "
+           f"flashtext/data/gluon_backward_probe_h200.json {H200}"),
     _cited("bench_h200_models", "15", True,
            f"python -m flashtext.bench.models {H200}; a run its budget cuts short says which "
            "--modes to finish with --merge"),

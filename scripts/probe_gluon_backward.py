@@ -17,8 +17,9 @@ causal and not; medians of ``triton.testing.do_bench``:
 
 dK and dV of both kernels, and the fused dQ against the Triton one, are compared (max
 |gluon - triton| over max |triton|) in every row.
-JSON (GPU, versions, date, rows) to ``$OUT/gluon_backward_probe.json`` when ``$OUT`` is set,
-else to ``--json`` if given.
+JSON (GPU, versions, date, rows, the kernel sources measured) to ``--json`` if given, else to
+``$OUT/gluon_backward_probe.json`` when ``$OUT`` is set. Chapter 13 reads
+``flashtext/data/gluon_backward_probe_h200.json``.
 """
 
 from __future__ import annotations
@@ -163,6 +164,8 @@ def main() -> int:
     import torch
     import triton
 
+    from flashtext import recorded
+
     t0 = time.time()
     rows, notes = [], []
     for d in (128, 64):
@@ -193,9 +196,11 @@ def main() -> int:
         print("NOTE", note)
     record = {"gpu": torch.cuda.get_device_name(0), "date": datetime.date.today().isoformat(),
               "torch": torch.__version__, "triton": triton.__version__,
-              "seconds": round(time.time() - t0, 1), "rows": rows, "notes": notes}
-    out = Path(os.environ["OUT"]) / "gluon_backward_probe.json" if os.environ.get("OUT") \
-        else args.json
+              "seconds": round(time.time() - t0, 1), "rows": rows, "notes": notes,
+              # what was measured, so that a later change to the kernels marks the file stale
+              recorded.SOURCES_KEY: recorded.kernel_fingerprint(("flashtext.kernels.api",))}
+    out = args.json or (Path(os.environ["OUT"]) / "gluon_backward_probe.json"
+                        if os.environ.get("OUT") else None)
     if out:
         out.write_text(json.dumps(record, indent=1) + "\n")
     return 0
