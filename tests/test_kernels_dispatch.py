@@ -145,6 +145,25 @@ def _gpu_inputs(d: int, n: int, h_kv: int, dtype: torch.dtype):
     return q, k, v, do
 
 
+def _stand_in_for_the_gluon_dkdv(monkeypatch, on_call, seed: int):
+    """Stand in for the Gluon dK/dV kernel's support check and launch (and scale the rule's
+    threshold down to the interpreter's lengths): each launch calls ``on_call(q, lse, delta,
+    causal, window, dq_accum)`` and fills the (dK, dV) pair the backward hands over with 7 and
+    5 (the pair it returns: one pair alive, not two). Returns seeded q, k, v, do (1, 2, 40, 64).
+    """
+    def fake_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1), out=None,
+                  dq_accum=None):
+        on_call(q, lse, delta, causal, window, dq_accum)
+        dk, dv = out
+        return dk.fill_(7.0), dv.fill_(5.0), None
+
+    monkeypatch.setattr(gb, "gluon_dkdv_supported", lambda *args: True)
+    monkeypatch.setattr(triton_backward_module, "launch_dkdv", fake_dkdv)
+    monkeypatch.setattr(dispatch, "GLUON_MIN_BACKWARD_QUERIES", 40)
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, 2, 40, 64, generator=g).to(DEVICE) for _ in range(4))
+
+
 def test_the_fused_dq_rule_by_shape():
     for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (100, 0)),
                            (False, (-1, 5))):
@@ -173,21 +192,14 @@ def test_dq_is_fused_where_the_rule_says_unless_deterministic(monkeypatch):
     through attention_backward and through autograd alike."""
     calls = []
 
-    def fake_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1), out=None,
-                  dq_accum=None):
+    def on_call(q, lse, delta, causal, window, dq_accum):
         calls.append(dq_accum is not None)
         if dq_accum is not None:
             assert dq_accum.dtype == torch.float32 and dq_accum.shape == q.shape
             assert bool((dq_accum == 0).all())  # the kernel adds into zeros
             dq_accum.fill_(3.0)
-        dk, dv = out
-        return dk.fill_(7.0), dv.fill_(5.0), None
 
-    monkeypatch.setattr(gb, "gluon_dkdv_supported", lambda *args: True)
-    monkeypatch.setattr(triton_backward_module, "launch_dkdv", fake_dkdv)
-    monkeypatch.setattr(dispatch, "GLUON_MIN_BACKWARD_QUERIES", 40)
-    g = torch.Generator().manual_seed(4)
-    q, k, v, do = (torch.randn(1, 2, 40, 64, generator=g).to(DEVICE) for _ in range(4))
+    q, k, v, do = _stand_in_for_the_gluon_dkdv(monkeypatch, on_call, seed=4)
     o, lse = attention_forward(q, k, v)
     want = attention_backward(do, q, k, v, o, lse, backward_kernel="triton")
     dq, dk, _ = attention_backward(do, q, k, v, o, lse)  # d = 64, no mask: fused
@@ -293,19 +305,12 @@ def test_auto_backward_follows_the_rule_where_the_gluon_dkdv_could_run(monkeypat
     calls it."""
     calls = []
 
-    def fake_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1), out=None,
-                  dq_accum=None):
+    def on_call(q, lse, delta, causal, window, dq_accum):
         calls.append((tuple(q.shape), causal, tuple(window)))
         assert delta.shape == lse.shape == q.shape[:-1]
         assert dq_accum is None  # d = 64 with a causal mask: dQ from the Triton pass
-        dk, dv = out  # the backward hands over the pair it returns: one pair alive, not two
-        return dk.fill_(7.0), dv.fill_(5.0), None
 
-    monkeypatch.setattr(gb, "gluon_dkdv_supported", lambda *args: True)
-    monkeypatch.setattr(triton_backward_module, "launch_dkdv", fake_dkdv)
-    monkeypatch.setattr(dispatch, "GLUON_MIN_BACKWARD_QUERIES", 40)
-    g = torch.Generator().manual_seed(3)
-    q, k, v, do = (torch.randn(1, 2, 40, 64, generator=g).to(DEVICE) for _ in range(4))
+    q, k, v, do = _stand_in_for_the_gluon_dkdv(monkeypatch, on_call, seed=3)
     o, lse = attention_forward(q, k, v, causal=True)
     want = attention_backward(do, q, k, v, o, lse, causal=True, backward_kernel="triton")
     assert calls == []
