@@ -301,8 +301,8 @@ def test_cpu_float32_and_d256_inputs_run_the_triton_dkdv():
 def test_auto_backward_follows_the_rule_where_the_gluon_dkdv_could_run(monkeypatch):
     """Routing: with the Gluon dK/dV's support check and launch stood in for (and the rule's
     threshold scaled down to the interpreter's lengths), "auto" takes dK and dV from it exactly
-    where the rule says and "gluon" always (dQ from the Triton pass either way); "triton" never
-    calls it."""
+    where the rule says and "gluon" always (at d = 64 with a causal mask, dQ from the Triton
+    pass either way); "triton" never calls it."""
     calls = []
 
     def on_call(q, lse, delta, causal, window, dq_accum):

@@ -151,7 +151,7 @@ def _skip_gluon(cfg: Config, s: Settings, gpu: bool) -> str | None:
 PROVIDERS: dict[str, Provider] = {p.name: p for p in (
     Provider("ours", "flashtext (ours)", "flashtext.kernels.flash_attention as it runs by "
              "default (on sm_90 the Gluon FA3-style forward and dK/dV where they are faster, "
-             "else the Triton FA2 kernels)",
+             "dQ fused into the latter where that is, else the Triton FA2 kernels)",
              _prepare_flashtext("auto", "auto"), _skip_ours),
     Provider("triton", "flashtext Triton", "flashtext.kernels.flash_attention with "
              "forward_kernel='triton', backward_kernel='triton' (this book's Triton "
@@ -159,7 +159,8 @@ PROVIDERS: dict[str, Provider] = {p.name: p for p in (
              _skip_ours),
     Provider("gluon", "flashtext Gluon", "flashtext.kernels.flash_attention with "
              "forward_kernel='gluon', backward_kernel='gluon' (the Gluon FA3-style forward "
-             "and dK/dV at every length, the latter at d = 64 and 128; dQ is Triton's)",
+             "and dK/dV at every length, the latter at d = 64 and 128, with dQ fused in where "
+             "flash_attention fuses it, else Triton's dQ pass)",
              _prepare_flashtext("gluon", "gluon"), _skip_gluon),
     Provider("cudnn", "SDPA cuDNN", "torch SDPA, CUDNN_ATTENTION backend",
              _sdpa("CUDNN_ATTENTION")),
