@@ -22,3 +22,11 @@ def fwht(x: np.ndarray) -> np.ndarray:
         y = np.stack([a + b, a - b], axis=-2)
         h *= 2
     return y.reshape(*lead, n) / math.sqrt(n)
+
+
+def ds_waits(t: int, n_buffers: int) -> tuple[int, int, int]:
+    # tile t is the (t // n_buffers)-th use of buffer t % n_buffers: wait for the previous
+    # use's "read by both" phase (parity flipped: a fresh barrier passes parity 1 at once),
+    # then for this use's "both halves written" phase
+    use = t // n_buffers
+    return t % n_buffers, (use & 1) ^ 1, use & 1

@@ -79,3 +79,138 @@ def check_fwht(fn) -> None:
     expect_close(np.asarray(qr) @ np.asarray(kr).T, q @ k.T, what="Q' K'^T after the rotation",
                  case="Q (6 x 64), K (9 x 64), the same random signs on both", rtol=1e-9,
                  atol=1e-9)
+
+
+class _Barrier:
+    """An mbarrier as chapter 13 models it: a phase completes after ``count`` arrivals, and a
+    wait for parity p passes once the phase of parity p has completed (a fresh barrier is in
+    phase 0, so a wait for parity 1 passes at once)."""
+
+    def __init__(self, count: int):
+        self.count, self.arrivals, self.completed = count, 0, 0
+
+    def arrive(self) -> None:
+        self.arrivals += 1
+        if self.arrivals == self.count:
+            self.arrivals, self.completed = 0, self.completed + 1
+
+    def passes(self, parity: int) -> bool:
+        return self.completed % 2 != parity
+
+
+def ds_exchange(waits, n_buffers: int, total: int, seed: int, last_wait: bool = True) -> str:
+    """The fused-dQ kernel's dS exchange between its two consumer warpgroups, interleaved at
+    random: for tile t each writes its dS half into buffer ``b`` once ``ds_free[b]`` passes
+    ``free_parity``, arrives on ``ds_ready[b]``, waits for it to pass ``ready_parity`` (both
+    halves written), multiplies the buffer by both halves of K, then arrives on ``ds_free[b]``,
+    where ``(b, free_parity, ready_parity) = waits(t, n_buffers)``. After its last tile a
+    warpgroup writes dK over its own K half, first waiting (``last_wait``) for ``ds_free`` of
+    the last tile's buffer with that tile's ready parity, as the kernel does. Returns "ok" or
+    what went wrong."""
+    ready = [_Barrier(2) for _ in range(n_buffers)]
+    free = [_Barrier(2) for _ in range(n_buffers)]
+    halves = [[None, None] for _ in range(n_buffers)]  # the tile each half of a buffer holds
+    reading: list[set[int]] = [set() for _ in range(n_buffers)]
+    k_reading: set[int] = set()
+    k_is_dk = [False, False]
+    errors: list[str] = []
+    where = ["", ""]
+
+    def warpgroup(w: int):
+        other = 1 - w
+        for t in range(total):
+            b, free_parity, ready_parity = waits(t, n_buffers)
+            where[w] = f"warpgroup {w} waits at tile {t} for buffer {b} to be free"
+            while not free[b].passes(free_parity):
+                yield
+            if other in reading[b]:
+                errors.append(f"tile {t}: warpgroup {w} wrote its dS half into buffer {b} "
+                              f"while warpgroup {other} was still multiplying tile "
+                              f"{halves[b][other]}'s from it")
+            halves[b][w] = t
+            yield
+            ready[b].arrive()
+            where[w] = f"warpgroup {w} waits at tile {t} for both halves in buffer {b}"
+            while not ready[b].passes(ready_parity):
+                yield
+            if halves[b] != [t, t]:
+                errors.append(f"tile {t}: warpgroup {w} multiplied buffer {b} holding the "
+                              f"halves of tiles {halves[b]}, not both of tile {t}")
+            if any(k_is_dk):
+                errors.append(f"tile {t}: warpgroup {w} multiplied by a K half already "
+                              "overwritten with dK")
+            reading[b].add(w)
+            k_reading.add(w)
+            yield  # its dQ GEMM reads the buffer and both halves of K meanwhile
+            if halves[b] != [t, t]:
+                errors.append(f"tile {t}: buffer {b} changed under warpgroup {w}'s dQ GEMM "
+                              f"(it now holds tiles {halves[b]})")
+            reading[b].discard(w)
+            k_reading.discard(w)
+            free[b].arrive()
+            yield
+        if last_wait and total:
+            b, _, ready_parity = waits(total - 1, n_buffers)
+            where[w] = f"warpgroup {w} waits, after its last tile, for buffer {b} to be free"
+            while not free[b].passes(ready_parity):
+                yield
+        where[w] = ""
+        if other in k_reading:
+            errors.append(f"warpgroup {w} wrote dK over its K half while warpgroup {other}'s "
+                          "last dQ GEMM was still reading it")
+        k_is_dk[w] = True
+        yield
+
+    order = np.random.default_rng(seed)
+    actors = [warpgroup(0), warpgroup(1)]
+    for _ in range(100 * (total + 2)):
+        if errors or not actors:
+            return errors[0] if errors else "ok"
+        pick = int(order.integers(len(actors)))
+        try:
+            next(actors[pick])
+        except StopIteration:
+            actors.pop(pick)
+    return "hangs: " + "; ".join(w for w in where if w)
+
+
+def _checked_waits(fn):
+    """``fn`` wrapped so that a malformed answer fails with a message, not deep in the model."""
+    def waits(t: int, n_buffers: int):
+        got = fn(t, n_buffers)
+        ok = isinstance(got, tuple | list) and len(got) == 3 and all(
+            isinstance(x, int | np.integer) and not isinstance(x, bool) for x in got)
+        expect(got is not None, f"ds_waits({t}, {n_buffers}) returned None. Did you forget "
+                                "`return`?")
+        expect(ok and 0 <= got[0] < n_buffers and got[1] in (0, 1) and got[2] in (0, 1),
+               f"ds_waits({t}, {n_buffers}) returned {got!r}: expected (buffer, free_parity, "
+               f"ready_parity), a buffer in 0..{n_buffers - 1} and two parities, 0 or 1")
+        return tuple(int(x) for x in got)
+    return waits
+
+
+@exercise(
+    "ch13.ds_waits",
+    "The dS exchange of the fused dQ",
+    hints=(
+        "Tile t uses buffer t % n_buffers, for the (t // n_buffers)-th time. Each use completes "
+        "one phase of that buffer's ds_ready (when both halves are in) and one of its ds_free "
+        "(when both warpgroups have read it).",
+        "Waiting for both halves of use u means waiting for ds_ready's phase u to complete: "
+        "parity u & 1.",
+        "Before writing use u, use u - 1 must have been read: ds_free's phase u - 1, parity "
+        "(u - 1) & 1 = (u & 1) ^ 1. For u = 0 that is parity 1, which a fresh barrier passes "
+        "at once.",
+    ),
+)
+def check_ds_waits(fn) -> None:
+    waits = _checked_waits(fn)
+    for n_buffers in (1, 2, 3):
+        for t in range(7):
+            waits(t, n_buffers)  # the shape of every answer first
+    for n_buffers in (2, 1, 3):
+        for total in (1, 2, 3, 5, 9):
+            for seed in range(30):
+                outcome = ds_exchange(waits, n_buffers, total, seed)
+                expect(outcome == "ok", f"{n_buffers} buffer(s), {total} tile(s), "
+                                        f"interleaving {seed}: {outcome}")

@@ -1,6 +1,7 @@
 import math
 
 import numpy as np
+import pytest
 
 from solutions import ch13
 from tests.exercises.harness import assert_exercise
@@ -84,3 +85,48 @@ def test_the_outlier_case_is_an_outlier():
     cases = dict(_inputs(np.random.default_rng(13)))
     spike = cases["a single outlier (100 at index 3) in a length-16 vector"]
     assert spike[3] == 100 and np.count_nonzero(spike) == 1
+
+
+def test_ds_waits():
+    use = lambda t, b: t // b  # noqa: E731
+    assert_exercise(
+        "ch13.ds_waits",
+        ch13.ds_waits,
+        wrong={
+            "free parity without the flip": lambda t, b: (t % b, use(t, b) & 1, use(t, b) & 1),
+            "ready parity flipped too": lambda t, b: (t % b, (use(t, b) & 1) ^ 1,
+                                                      (use(t, b) & 1) ^ 1),
+            "two buffers assumed": lambda t, b: (t % 2 % b, ((t // 2) & 1) ^ 1, (t // 2) & 1),
+            "parity of the tile, not of the use": lambda t, b: (t % b, (t & 1) ^ 1, t & 1),
+            "always buffer 0": lambda t, b: (0, (use(t, b) & 1) ^ 1, use(t, b) & 1),
+            "a bare buffer index": lambda t, b: t % b,
+            "forgot to return": lambda t, b: None,
+        },
+        message_must_mention={"free parity without the flip": "hangs",
+                              "ready parity flipped too": "not both of tile 0",
+                              "a bare buffer index": "expected (buffer, free_parity",
+                              "forgot to return": "return"},
+    )
+
+
+def test_the_exercise_is_the_kernels_exchange():
+    """The reference answer is what the fused-dQ kernel waits on (two buffers), and its wait
+    after the last tile is needed: without it, some interleavings let a warpgroup write dK over
+    a K half the other's last dQ GEMM still reads."""
+    import inspect
+
+    from flashtext.exercises.ch13 import ds_exchange
+    from flashtext.kernels import gluon_backward as gb
+
+    if not gb.HAVE_GLUON:
+        pytest.skip("this Triton has no Gluon: no kernel source to compare with")
+    src = inspect.getsource(gb._dkdv_consumer.fn)
+    assert "mbarrier.wait(ds_free.index(buf), ((t // 2) & 1) ^ 1)" in src
+    assert "mbarrier.wait(ds_ready.index(buf), (t // 2) & 1)" in src
+    assert "mbarrier.wait(ds_free.index((total - 1) % 2), ((total - 1) // 2) & 1)" in src
+    assert [ch13.ds_waits(t, 2) for t in range(4)] == [(0, 1, 0), (1, 1, 0), (0, 0, 1),
+                                                       (1, 0, 1)]
+    outcomes = {ds_exchange(ch13.ds_waits, 2, 5, seed, last_wait=False) for seed in range(40)}
+    assert "ok" in outcomes and any("wrote dK over its K half" in o or "overwritten with dK"
+                                    in o for o in outcomes)
+    assert {ds_exchange(ch13.ds_waits, 2, 5, seed) for seed in range(40)} == {"ok"}
