@@ -22,3 +22,10 @@ def fwht(x: np.ndarray) -> np.ndarray:
         y = np.stack([a + b, a - b], axis=-2)
         h *= 2
     return y.reshape(*lead, n) / math.sqrt(n)
+
+
+def copy_engine_ok(shape, strides, element_size: int, offset_bytes: int) -> bool:
+    # a 16-byte aligned base, unit stride along the head dimension, and every other stride a
+    # positive multiple of 16 bytes (a stride of 0 cannot be described)
+    return (offset_bytes % 16 == 0 and strides[-1] == 1
+            and all(s > 0 and s * element_size % 16 == 0 for s in strides[:-1]))

@@ -84,3 +84,27 @@ def test_the_outlier_case_is_an_outlier():
     cases = dict(_inputs(np.random.default_rng(13)))
     spike = cases["a single outlier (100 at index 3) in a length-16 vector"]
     assert spike[3] == 100 and np.count_nonzero(spike) == 1
+
+
+def test_copy_engine_ok():
+    ok = ch13.copy_engine_ok
+    assert_exercise(
+        "ch13.copy_engine_ok",
+        ok,
+        wrong={
+            "the base offset ignored": lambda sh, st, size, off: ok(sh, st, size, 0),
+            "a stride of 0 allowed": lambda sh, st, size, off: ok(
+                sh, [s if s else 16 for s in st], size, off),
+            "strides counted in elements, not bytes": lambda sh, st, size, off: (
+                off % 16 == 0 and st[-1] == 1 and all(s > 0 and s % 16 == 0 for s in st[:-1])),
+            "unit last stride not required": lambda sh, st, size, off: (
+                off % 16 == 0 and all(s > 0 and s * size % 16 == 0 for s in st[:-1])),
+            "contiguous only": lambda sh, st, size, off: off == 0 and list(st) == [
+                math.prod(sh[i + 1:]) for i in range(len(sh))],
+            "an integer answer": lambda sh, st, size, off: int(ok(sh, st, size, off)),
+            "forgot to return": lambda sh, st, size, off: None,
+        },
+        message_must_mention={"the base offset ignored": "past an aligned address",
+                              "an integer answer": "True or False",
+                              "forgot to return": "return"},
+    )
