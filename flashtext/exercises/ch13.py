@@ -214,3 +214,72 @@ def check_ds_waits(fn) -> None:
                 outcome = ds_exchange(waits, n_buffers, total, seed)
                 expect(outcome == "ok", f"{n_buffers} buffer(s), {total} tile(s), "
                                         f"interleaving {seed}: {outcome}")
+def _layouts():
+    """(name, shape, strides, element_size, offset_bytes) of layouts models hand a kernel."""
+    for dtype_name, size in (("fp16", 2), ("fp32", 4)):
+        for d in (64, 128, 36, 40, 72):
+            b, h, n = 2, 4, 96
+            yield (f"{dtype_name} (batch, heads, seq, {d}) contiguous", (b, h, n, d),
+                   (h * n * d, n * d, d, 1), size, 0)
+            yield (f"{dtype_name} (batch, seq, heads, {d}) storage seen as (batch, heads, seq, "
+                   f"{d})", (b, h, n, d), (n * h * d, d, h * d, 1), size, 0)
+            yield (f"{dtype_name} d = {d}, rows 5: of the sequence (a slice)", (b, h, n - 5, d),
+                   (h * n * d, n * d, d, 1), size, 5 * d * size)
+            yield (f"{dtype_name} d = {d}, K/V heads expanded to 4 query heads (stride 0)",
+                   (b, h, n, d), (n * d, 0, d, 1), size, 0)
+        yield (f"{dtype_name} the first 64 of a 128-wide head dimension (a slice)",
+               (2, 4, 96, 64), (4 * 96 * 128, 96 * 128, 128, 1), size, 0)
+        yield (f"{dtype_name} the last 64 of a 128-wide head dimension (a slice)",
+               (2, 4, 96, 64), (4 * 96 * 128, 96 * 128, 128, 1), size, 64 * size)
+        yield (f"{dtype_name} every other element of a 128-wide head dimension (a step-2 slice)",
+               (2, 4, 96, 64), (4 * 96 * 128, 96 * 128, 128, 2), size, 0)
+        yield (f"{dtype_name} head dimension not innermost (a transposed view)",
+               (2, 4, 96, 64), (4 * 96 * 64, 96 * 64, 1, 96), size, 0)
+        yield (f"{dtype_name} one element past an aligned base", (2, 4, 96, 64),
+               (4 * 96 * 64, 96 * 64, 64, 1), size, size)
+
+
+def _library_rule(shape, strides, element_size: int, offset_bytes: int) -> bool:
+    """``flashtext.kernels.descriptors.tma_ok`` on a real tensor of that layout (a view into
+    a CPU buffer, whose base the allocator aligns to 64 bytes)."""
+    import torch
+
+    from flashtext.kernels.descriptors import tma_ok
+
+    dtype = {2: torch.float16, 4: torch.float32}[element_size]
+    reach = sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
+    extent = offset_bytes // element_size + 1 + reach
+    base = torch.empty(extent, dtype=dtype)
+    assert base.data_ptr() % 64 == 0
+    return tma_ok(base.as_strided(shape, strides, offset_bytes // element_size))
+
+
+@exercise(
+    "ch13.copy_engine_ok",
+    "Which tiles can the copy engine fetch?",
+    hints=(
+        "Three conditions, all in bytes: the base address (offset_bytes here) a multiple of 16; "
+        "the last stride exactly 1 element; every other stride positive and, times "
+        "element_size, a multiple of 16.",
+        "A stride of 0 (an expanded head axis) is not positive: a descriptor cannot step by 0 "
+        "bytes. A stride of 36 fp16 elements is 72 bytes: not a multiple of 16.",
+        "return offset_bytes % 16 == 0 and strides[-1] == 1 and all(s > 0 and s * "
+        "element_size % 16 == 0 for s in strides[:-1])",
+    ),
+)
+def check_copy_engine_ok(fn) -> None:
+    seen = set()
+    for name, shape, strides, size, offset in _layouts():
+        want = _library_rule(shape, strides, size, offset)
+        seen.add(want)
+        got = fn(shape, strides, size, offset)
+        expect(got is not None, f"{name}: your function returned None. Did you forget "
+                                "`return`?")
+        expect(isinstance(got, bool | np.bool_),
+               f"{name}: your function returned {got!r}; expected True or False")
+        expect(bool(got) == want,
+               f"{name} (shape {shape}, strides {strides} elements of {size} bytes, base "
+               f"{offset} bytes past an aligned address): you said {bool(got)}, the library's "
+               f"rule says {want}: the copy engine {'can' if want else 'cannot'} fetch its "
+               "tiles")
+    assert seen == {True, False}  # the layouts exercise both answers

@@ -130,3 +130,25 @@ def test_the_exercise_is_the_kernels_exchange():
     assert "ok" in outcomes and any("wrote dK over its K half" in o or "overwritten with dK"
                                     in o for o in outcomes)
     assert {ds_exchange(ch13.ds_waits, 2, 5, seed) for seed in range(40)} == {"ok"}
+def test_copy_engine_ok():
+    ok = ch13.copy_engine_ok
+    assert_exercise(
+        "ch13.copy_engine_ok",
+        ok,
+        wrong={
+            "the base offset ignored": lambda sh, st, size, off: ok(sh, st, size, 0),
+            "a stride of 0 allowed": lambda sh, st, size, off: ok(
+                sh, [s if s else 16 for s in st], size, off),
+            "strides counted in elements, not bytes": lambda sh, st, size, off: (
+                off % 16 == 0 and st[-1] == 1 and all(s > 0 and s % 16 == 0 for s in st[:-1])),
+            "unit last stride not required": lambda sh, st, size, off: (
+                off % 16 == 0 and all(s > 0 and s * size % 16 == 0 for s in st[:-1])),
+            "contiguous only": lambda sh, st, size, off: off == 0 and list(st) == [
+                math.prod(sh[i + 1:]) for i in range(len(sh))],
+            "an integer answer": lambda sh, st, size, off: int(ok(sh, st, size, off)),
+            "forgot to return": lambda sh, st, size, off: None,
+        },
+        message_must_mention={"the base offset ignored": "past an aligned address",
+                              "an integer answer": "True or False",
+                              "forgot to return": "return"},
+    )
