@@ -46,6 +46,40 @@ def test_chapter_shape(path):
     assert "report()" in first_code.source, "the first code cell shows where the book runs"
 
 
+def promised_functions(text: str) -> list[str]:
+    """The functions an exercise's text asks the reader to write ("Write `name(...)`"), in its
+    numbered, non-(Think.) items."""
+    names = []
+    for item in re.split(r"(?=\*\*\d+\.)", text):
+        head = re.match(r"\*\*\d+\.([^*]*)\*\*", item)
+        if head and "Think" not in head.group(1):
+            names += re.findall(r"[Ww]rite `(\w+)\(", item)
+    return names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_the_text_promises_has_a_checker(path):
+    """An exercise that asks for a function has a stub cell that calls its checker, and the
+    checker exists: text alone is not an exercise."""
+    from flashtext.exercises.core import load_all
+
+    registry = load_all()
+    nb = nbformat.read(path, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    checked = set(re.findall(r'check\("(ch\d\d\.\w+)"', "\n".join(
+        c.source for c in nb.cells if c.cell_type == "code")))
+    chapter = f"ch{path.name[:2]}"
+    for name in promised_functions(text):
+        assert f"{chapter}.{name}" in checked, f"{path.name}: `{name}` has no check() cell"
+    assert checked <= set(registry), f"{path.name}: no checker for {checked - set(registry)}"
+
+
+def test_promised_functions_are_found():
+    text = ("**1. A thing.** Write `alpha(x)` and return it.\n\n**2. (Think.)** Write "
+            "`beta(y)` in your head.\n\n**3. Another.** Then write `gamma(z, w)`.")
+    assert promised_functions(text) == ["alpha", "gamma"]
+
+
 def listings(nb: nbformat.NotebookNode) -> list[tuple[str, str, str]]:
     """(cell id, file, text) of every stored ``flashtext.show.source`` listing; its plain-text
     form starts with a ``# flashtext/...`` line naming the file."""
