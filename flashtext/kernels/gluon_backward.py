@@ -65,7 +65,6 @@ from flashtext.kernels.gluon_forward import (
     HAVE_GLUON,
     SUPPORTED_DTYPES,
     _descriptor,
-    _gl_dtype,
     _tma_layout_ok,
     _window_bounds,
     gluon_supported,
@@ -496,21 +495,22 @@ def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
     left, right = _window_bounds(causal, window)
     n_n_blocks = -(-n_k // BLOCK_N)
     block_m = constants["BLOCK_M"]
+    dk_desc = _descriptor(dk, WG_N)
+    # without a fused dQ the kernel never touches dq_desc: dK's descriptor stands in
+    dq_desc = _dq_descriptor(dq_accum) if dq_accum is not None else dk_desc
     kernel = _attn_bwd_dkdv_ws[(n_n_blocks * z * h_kv,)](
         _descriptor(q, block_m), _descriptor(k, WG_N), _descriptor(v, WG_N),
-        _descriptor(do, block_m), _descriptor(dk, WG_N), _descriptor(dv, WG_N),
-        _dq_descriptor(dq_accum if dq_accum is not None else q), lse, delta, sm_scale,
-        sm_scale * LOG2E, h_kv, h // h_kv, n_q, n_k, left, right, n_n_blocks, **constants,
-        num_warps=4)
+        _descriptor(do, block_m), dk_desc, _descriptor(dv, WG_N), dq_desc, lse, delta,
+        sm_scale, sm_scale * LOG2E, h_kv, h // h_kv, n_q, n_k, left, right, n_n_blocks,
+        **constants, num_warps=4)
     return dk, dv, kernel
 
 
 def _dq_descriptor(t: torch.Tensor):
-    """The copy engine's view of the dQ accumulator: 64 x 64 tiles (one warpgroup's share).
-    Without a fused dQ the kernel never touches it, and q stands in."""
+    """The copy engine's view of the (float32) dQ accumulator: 64 x 64 tiles, one warpgroup's
+    share."""
     block = [1, 1, 64, 64]
-    dtype = gl.float32 if t.dtype == torch.float32 else _gl_dtype(t.dtype)
-    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float32)
     return _GluonDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
 
@@ -558,7 +558,8 @@ def compile_sm90_dkdv(head_dim: int = 128, dtype: torch.dtype = torch.float16,
     descs = dict(q_desc=_descriptor(q, block_m), k_desc=_descriptor(k, WG_N),
                  v_desc=_descriptor(k, WG_N), do_desc=_descriptor(q, block_m),
                  dk_desc=_descriptor(k, WG_N), dv_desc=_descriptor(k, WG_N),
-                 dq_desc=_dq_descriptor(q.float() if constants["FUSE_DQ"] else q))
+                 dq_desc=_dq_descriptor(q.float()) if constants["FUSE_DQ"]
+                 else _descriptor(k, WG_N))
     signature = {name: mangle_type(desc) for name, desc in descs.items()}
     signature.update(LSE="*fp32", DELTA="*fp32", sm_scale="fp32", qk_scale="fp32",
                      H_KV="i32", GROUP="i32", N_Q="i32", N_K="i32", LEFT="i32", RIGHT="i32",
