@@ -61,6 +61,13 @@ def test_kernel_constants():
     assert (c["HAS_LEFT"], c["HAS_RIGHT"], c["HEAD_DIM"]) == (True, True, 128)
     c = gb.kernel_constants(64, False, block_m=128, stages=2)
     assert (c["HAS_LEFT"], c["HAS_RIGHT"], c["BLOCK_M"], c["STAGES"]) == (False, False, 128, 2)
+    # a fused dQ splits a 64 x 64 share per warpgroup out of the tile's rows (d = 64, 128 rows)
+    # or its columns (d = 128, 64 rows); other tiles have no such split
+    for d in gb.HEAD_DIMS:
+        assert gb.kernel_constants(d, True, fuse_dq=True)["FUSE_DQ"]
+    for d, block_m in ((64, 64), (128, 128)):
+        with pytest.raises(ValueError, match="fuse_dq needs block_m \\* head_dim"):
+            gb.kernel_constants(d, True, block_m=block_m, fuse_dq=True)
 
 
 def test_not_supported_off_sm90():

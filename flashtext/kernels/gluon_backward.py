@@ -409,6 +409,12 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), *,
     :func:`tile_config`; ``fuse_dq``: the kernel adds dQ into an fp32 buffer too)."""
     default_m, default_stages = tile_config(head_dim)
     left, right = window
+    if fuse_dq and (block_m or default_m) * head_dim != 128 * 64:
+        # each warpgroup's dQ share is 64 x 64: the tile's 128 rows split in two at d = 64,
+        # d = 128's columns split in two with 64-row tiles
+        raise ValueError(f"fuse_dq needs block_m * head_dim = 128 * 64 (128-row tiles at d = 64, "
+                         f"64-row tiles at d = 128), got block_m={block_m or default_m}, "
+                         f"head_dim={head_dim}")
     return dict(HEAD_DIM=head_dim, BLOCK_M=block_m or default_m,
                 STAGES=stages or default_stages, HAS_LEFT=left >= 0,
                 HAS_RIGHT=causal or right >= 0, FUSE_DQ=fuse_dq, DS_BUFS=4 if fuse_dq else 1)
