@@ -220,8 +220,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     deterministic: bool = False) -> torch.Tensor:
     """Exact attention ``softmax(sm_scale * q k^T [+ mask]) v`` with FlashAttention kernels
     (FA3-style Gluon forward and dK/dV on sm_90 where they are faster, FA2 Triton kernels
-    otherwise); differentiable with respect to q, k and v. See the module docstring for what it
-    accepts."""
+    otherwise); differentiable with respect to q, k and v. ``deterministic=True``: a backward
+    that gives the same bits every run (no dQ fused into the Gluon kernel). See the module
+    docstring for what it accepts."""
     scale, window = _validate(q, k, v, causal, sm_scale, window_size)
     kernel = check_forward_kernel(forward_kernel)
     return _FlashAttention.apply(q, k, v, causal, scale, window, kernel,
@@ -252,7 +253,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                        backward_kernel: str = "auto", deterministic: bool = False,
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward kernels alone: (dq, dk, dv) from the forward's O and lse and the incoming
-    gradient ``do`` (chapter 11 calls this directly)."""
+    gradient ``do`` (chapter 11 calls this directly). ``deterministic`` as for
+    :func:`flash_attention`."""
     scale, window = _validate(q, k, v, causal, sm_scale, window_size)
     kernel = check_backward_kernel(backward_kernel)
     deterministic = _check_deterministic(deterministic)
