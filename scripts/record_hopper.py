@@ -382,6 +382,14 @@ def compiled_on_gpu(c: Captured, config):
                               num_warps=config.num_warps, num_stages=config.num_stages)
 
 
+def _described(kernel, with_sass: bool) -> tuple[dict, dict]:
+    """:func:`describe`'s row of a compiled Gluon kernel, and its metadata as a dict."""
+    meta = kernel.metadata
+    meta = meta._asdict() if hasattr(meta, "_asdict") else dict(vars(meta))
+    return describe(kernel.name, kernel.asm["ptx"],
+                    kernel.asm.get("cubin") if with_sass else None, meta), meta
+
+
 def describe_gluon(c: GluonCaptured, with_sass: bool) -> dict:
     """What one launch of a Gluon kernel ran (compiled here for sm_90 if it was not
     launched), in the shape of :func:`describe_launch`'s rows."""
@@ -392,10 +400,7 @@ def describe_gluon(c: GluonCaptured, with_sass: bool) -> dict:
         kernel = c.kernel or gb.compile_sm90_dkdv(c.head_dim, c.dtype, c.causal, c.window,
                                                   fuse_dq=c.fused_dq)
         constants = gb.kernel_constants(c.head_dim, c.causal, c.window, fuse_dq=c.fused_dq)
-        meta = kernel.metadata
-        meta = meta._asdict() if hasattr(meta, "_asdict") else dict(vars(meta))
-        row = describe(kernel.name, kernel.asm["ptx"],
-                       kernel.asm.get("cubin") if with_sass else None, meta)
+        row, meta = _described(kernel, with_sass)
         return {**row, "gluon": True, "kind": "dkdv", "fused_dq": c.fused_dq, "use_tma": True,
                 "descriptor_args": ["q_desc", "k_desc", "v_desc", "do_desc", "dk_desc",
                                     "dv_desc", "dq_desc"],
@@ -403,10 +408,7 @@ def describe_gluon(c: GluonCaptured, with_sass: bool) -> dict:
                            "STAGES": constants["STAGES"], "num_warps": meta.get("num_warps")}}
     kernel = c.kernel or gf.compile_sm90(c.head_dim, c.dtype, c.causal, c.window)
     constants = gf.kernel_constants(c.head_dim, c.causal, c.window)
-    meta = kernel.metadata
-    meta = meta._asdict() if hasattr(meta, "_asdict") else dict(vars(meta))
-    row = describe(kernel.name, kernel.asm["ptx"],
-                   kernel.asm.get("cubin") if with_sass else None, meta)
+    row, meta = _described(kernel, with_sass)
     # num_warps counts every partition's: the producer's 4 and the two consumers' 4 each
     warps = meta.get("num_warps")
     return {**row, "gluon": True, "kind": "forward", "use_tma": True,
