@@ -348,7 +348,7 @@ if HAVE_GLUON:
                           sm_scale, qk_scale, H_KV, GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks,
                           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                           HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-                          FUSE_DQ: gl.constexpr, DS_BUFS: gl.constexpr):
+                          FUSE_DQ: gl.constexpr):
         # one program per (batch * K/V head, key block of 128); shared memory: K and V (two
         # 64-key halves each, later dK and dV's staging), the Q / dO ring, barriers
         k_smem = gl.allocate_shared_memory(k_desc.dtype, [2] + k_desc.block_type.shape,
@@ -363,16 +363,17 @@ if HAVE_GLUON:
         q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        # with FUSE_DQ: two buffers of dS (tile rows x 64 keys per warpgroup), and barriers
-        # for "both halves written" and "both warpgroups done reading"
-        ds_smem = gl.allocate_shared_memory(
-            q_desc.dtype, [DS_BUFS, BLOCK_M, 64],
-            gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
-        # and a 64 x 64 fp32 tile per warpgroup that the copy engine adds into dQ
+        # with FUSE_DQ: two buffers of dS (tile rows x 64 keys, one half per warpgroup), a
+        # 64 x 64 fp32 tile per warpgroup that the copy engine adds into dQ, and barriers for
+        # "both halves written" and "both warpgroups done reading" (without it, stand-ins)
+        ds_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128,
+                                                       element_bitwidth=16, rank=2)
         if FUSE_DQ:
+            ds_smem = gl.allocate_shared_memory(q_desc.dtype, [4, BLOCK_M, 64], ds_layout)
             dq_smem = gl.allocate_shared_memory(dq_desc.dtype, [2] + dq_desc.block_type.shape,
                                                 dq_desc.layout)
         else:
+            ds_smem = gl.allocate_shared_memory(q_desc.dtype, [1, 8, 64], ds_layout)
             dq_smem = gl.allocate_shared_memory(gl.float32, [2, 8, 8],
                                                 gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
         ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -417,7 +418,7 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), *,
                          f"head_dim={head_dim}")
     return dict(HEAD_DIM=head_dim, BLOCK_M=block_m or default_m,
                 STAGES=stages or default_stages, HAS_LEFT=left >= 0,
-                HAS_RIGHT=causal or right >= 0, FUSE_DQ=fuse_dq, DS_BUFS=4 if fuse_dq else 1)
+                HAS_RIGHT=causal or right >= 0, FUSE_DQ=fuse_dq)
 
 
 def dkdv_tile_plan(start_n: int, n_q: int, n_k: int, block_m: int, causal: bool,
@@ -520,17 +521,22 @@ def _dq_descriptor(t: torch.Tensor):
     return _GluonDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
 
+def _checked_buffer(name: str, t, shape: tuple[int, ...], dtype: torch.dtype,
+                    device: torch.device) -> torch.Tensor:
+    """``t`` as a contiguous tensor of that shape, dtype and device, which the copy engine can
+    write through (its rows 16-byte aligned), or a ValueError naming ``name``."""
+    if (not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape) or t.dtype != dtype
+            or t.device != device or not t.is_contiguous()):
+        got = (f"{tuple(t.shape)} {t.dtype} on {t.device}, contiguous={t.is_contiguous()}"
+               if isinstance(t, torch.Tensor) else type(t).__name__)
+        raise ValueError(f"{name} must be a contiguous {dtype} tensor of shape "
+                         f"{tuple(shape)} on {device}, got {got}")
+    return t
+
+
 def _checked_dq_accum(dq_accum, q: torch.Tensor) -> torch.Tensor:
     """``dq_accum`` as the fp32 buffer the copy engine can add dQ into, or a ValueError."""
-    if (not isinstance(dq_accum, torch.Tensor) or dq_accum.shape != q.shape
-            or dq_accum.dtype != torch.float32 or dq_accum.device != q.device
-            or not dq_accum.is_contiguous()):
-        got = (f"{tuple(dq_accum.shape)} {dq_accum.dtype} on {dq_accum.device}, "
-               f"contiguous={dq_accum.is_contiguous()}" if isinstance(dq_accum, torch.Tensor)
-               else type(dq_accum).__name__)
-        raise ValueError(f"dq_accum must be a contiguous torch.float32 tensor of shape "
-                         f"{tuple(q.shape)} on {q.device}, got {got}")
-    return dq_accum
+    return _checked_buffer("dq_accum", dq_accum, tuple(q.shape), torch.float32, q.device)
 
 
 def _checked_out(out, shape: tuple[int, ...], k: torch.Tensor):
@@ -538,12 +544,7 @@ def _checked_out(out, shape: tuple[int, ...], k: torch.Tensor):
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise ValueError(f"out must be a (dk, dv) pair of tensors, got {type(out).__name__}")
     for name, t in zip(("dk", "dv"), out, strict=True):
-        if (not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != k.dtype
-                or t.device != k.device or not t.is_contiguous()):
-            got = (f"{tuple(t.shape)} {t.dtype} on {t.device}, contiguous={t.is_contiguous()}"
-                   if isinstance(t, torch.Tensor) else type(t).__name__)
-            raise ValueError(f"out's {name} must be a contiguous {k.dtype} tensor of shape "
-                             f"{shape} on {k.device}, got {got}")
+        _checked_buffer(f"out's {name}", t, shape, k.dtype, k.device)
     return out
 
 
