@@ -12,6 +12,8 @@ causal and not; medians of ``triton.testing.do_bench``:
   dK/dV, Triton dQ),
 * ``fused``: the same with dQ computed in the Gluon kernel too (preprocess, Gluon dK/dV/dQ
   into a zeroed fp32 buffer, its copy to dQ's dtype),
+* ``fused_deferred``: the same as ``fused`` with each tile's dQ share computed one tile later
+  (``defer_dq``: a warpgroup does not wait for the other's dS of the tile it is on),
 * ``gluon_dkdv`` and every tile variant in ``VARIANTS``: the Gluon dK/dV launch alone,
 * ``dq``: the Triton dQ pass alone (so Triton's dK/dV time is ``triton - dq - preprocess``).
 
@@ -110,11 +112,19 @@ def time_row(dtype_name: str, d: int, n: int, causal: bool, variants: list[str])
         return bw.backward(do, q, k, v, o, lse, causal, scale, dkdv_kernel="gluon",
                            fuse_dq=True)
 
+    def fused_deferred():
+        fresh_delta = bw.preprocess(o, do)
+        acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        dk, dv, _ = gb.launch_dkdv(q, k, v, do, lse, fresh_delta, causal, scale, dq_accum=acc,
+                                   defer_dq=True)
+        return acc.to(dtype), dk, dv
+
     providers = {
         "cudnn": lambda: torch.autograd.grad(o_ref, leaves, do, retain_graph=True),
         "triton": lambda: bw.backward(do, q, k, v, o, lse, causal, scale),
         "gluon": hybrid,
         "fused": fused,
+        "fused_deferred": fused_deferred,
         "gluon_dkdv": dkdv,
         "dq": dq_only,
         "preprocess": lambda: bw.preprocess(o, do),
@@ -126,7 +136,7 @@ def time_row(dtype_name: str, d: int, n: int, causal: bool, variants: list[str])
         try:
             ms = triton.testing.do_bench(fn, warmup=25, rep=100)
             row["ms"][name] = round(ms, 4)
-            if name in ("cudnn", "triton", "gluon", "fused"):
+            if name in ("cudnn", "triton", "gluon", "fused", "fused_deferred"):
                 row["tflops"][name] = round(flops / ms / 1e9, 1)
         except Exception as exc:  # noqa: BLE001 - one failing provider, not the row
             row["ms"][name] = None
@@ -135,12 +145,14 @@ def time_row(dtype_name: str, d: int, n: int, causal: bool, variants: list[str])
         dq_t, dk_t, dv_t = bw.backward(do, q, k, v, o, lse, causal, scale)
         _, dk_g, dv_g = hybrid()
         dq_f = fused()[0]
+        dq_d, dk_d, dv_d = fused_deferred()
 
         def rel(a, b):
             return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
         row["rel_diff"] = {"dk": rel(dk_g, dk_t), "dv": rel(dv_g, dv_t),
-                           "dq_fused": rel(dq_f, dq_t)}
+                           "dq_fused": rel(dq_f, dq_t), "dq_deferred": rel(dq_d, dq_t),
+                           "dk_deferred": rel(dk_d, dk_t), "dv_deferred": rel(dv_d, dv_t)}
     except Exception as exc:  # noqa: BLE001
         row.setdefault("errors", {})["compare"] = str(exc).splitlines()[0][:300]
     ms = row["ms"]

@@ -68,6 +68,11 @@ def test_kernel_constants():
     for d, block_m in ((64, 64), (128, 128)):
         with pytest.raises(ValueError, match="fuse_dq needs block_m \\* head_dim"):
             gb.kernel_constants(d, True, block_m=block_m, fuse_dq=True)
+    # deferring each tile's dQ share by a tile is a reordering of the fused dQ only
+    assert gb.kernel_constants(64, True, fuse_dq=True, defer_dq=True)["DEFER_DQ"]
+    assert not gb.kernel_constants(64, True, fuse_dq=True)["DEFER_DQ"]
+    with pytest.raises(ValueError, match="defer_dq needs fuse_dq"):
+        gb.kernel_constants(64, True, defer_dq=True)
 
 
 def test_not_supported_off_sm90():
@@ -278,12 +283,13 @@ _COMPILE = textwrap.dedent("""
                 out[f"{dtype} {d} {causal}"] = dict(sass=counts, shared=c.metadata.shared,
                     wgmma=ptx.count("wgmma.mma_async"),
                     inc240=ptx.count("setmaxnreg.inc.sync.aligned.u32 \\t240"))
-    for d in (64, 128):  # dQ fused in
-        c = compile_sm90_dkdv(d, torch.float16, True, fuse_dq=True)
+    for d, defer in ((64, False), (128, False), (64, True)):  # dQ fused in (deferred a tile)
+        c = compile_sm90_dkdv(d, torch.float16, True, fuse_dq=True, defer_dq=defer)
         sass = sass_of(c.asm["cubin"])
-        out[f"fused {d}"] = dict(shared=c.metadata.shared, wgmma=c.asm["ptx"].count(
-            "wgmma.mma_async"), sass=None if sass is None else {
-                k: sass.count(k) for k in ("HGMMA", "UTMAREDG", "RED.")})
+        name = f"{'deferred' if defer else 'fused'} {d}"
+        out[name] = dict(shared=c.metadata.shared, wgmma=c.asm["ptx"].count("wgmma.mma_async"),
+                         sass=None if sass is None else {
+                             k: sass.count(k) for k in ("HGMMA", "UTMAREDG", "RED.")})
     print(json.dumps(out))
 """)
 
@@ -298,6 +304,12 @@ def test_compiles_for_sm90_without_a_gpu():
     assert out.returncode == 0, out.stderr[-3000:]
     results = json.loads(out.stdout.strip().splitlines()[-1])
     fused = {name: results.pop(name) for name in ("fused 64", "fused 128")}
+    deferred = results.pop("deferred 64")
+    # the deferred share is one more copy of the dQ GEMMs (in the loop and after it)
+    assert deferred["wgmma"] == fused["fused 64"]["wgmma"] + 2 * 2 * 64 // 16
+    assert deferred["shared"] == fused["fused 64"]["shared"]
+    if deferred["sass"] is not None:
+        assert deferred["sass"]["UTMAREDG"] >= 2 and deferred["sass"]["RED."] == 0
     assert len(results) == 8
     for name, r in fused.items():
         d = int(name.split()[1])
@@ -549,6 +561,33 @@ def test_fused_dq_is_right_on_every_run(d, causal):
     for run in range(10):
         dq = backward(do, q, k, v, o, lse, causal, scale, dkdv_kernel="gluon", fuse_dq=True)[0]
         assert float((dq - want).abs().max()) <= tol, run
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("case", [Case(2, 8, 2048, 2048, 64, True, "bfloat16", seed=9),
+                                  Case(1, 4, 333, 1000, 64, True, "float16", seed=3),
+                                  Case(2, 8, 1500, 1500, 128, True, "float16", heads_kv=2,
+                                       seed=4),
+                                  Case(1, 4, 700, 700, 64, False, "bfloat16", seed=5)],
+                         ids=["d64-causal", "d64-ragged", "d128-gqa", "d64-full"])
+def test_deferred_dq_matches_the_triton_pass(case):
+    # each tile's dQ share one tile later: the same sums, in a different order; the last
+    # tile's share comes after the loop, and must still land before dK overwrites K
+    from flashtext.kernels.api import attention_forward
+    from flashtext.kernels.backward import backward, preprocess
+
+    q, k, v, do = make_inputs(case, DEVICE)
+    o, lse = attention_forward(q, k, v, causal=case.causal)
+    scale = case.head_dim ** -0.5
+    want_dq, want_dk, want_dv = backward(do, q, k, v, o, lse, case.causal, scale)
+    for run in range(5):
+        acc = torch.zeros(q.shape, dtype=torch.float32, device=DEVICE)
+        dk, dv, _ = gb.launch_dkdv(q, k, v, do, lse, preprocess(o, do), case.causal, scale,
+                                   dq_accum=acc, defer_dq=True)
+        for name, got, want in (("dq", acc, want_dq), ("dk", dk, want_dk), ("dv", dv, want_dv)):
+            err = float((got.float() - want.float()).abs().max())
+            assert err <= 4 * 2.0**-8 * float(want.abs().max()), (run, name, err)
 
 
 @sm90

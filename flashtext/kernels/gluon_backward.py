@@ -199,11 +199,44 @@ if HAVE_GLUON:
         return gl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E, delta
 
     @gluon.jit
+    def _dq_share(u, WG: gl.constexpr, ds_smem, k_smem, dq_smem, dq_desc, ds_ready, ds_free,
+                  sm_scale, lo, n_tiles, off_z, off_hk, GROUP, HEAD_DIM: gl.constexpr,
+                  BLOCK_M: gl.constexpr):
+        """Tile u's dQ share of this warpgroup (DEFER_DQ: one tile after its dS was written),
+        once both dS halves of tile u are in shared memory; added into DQ by the copy engine."""
+        Q_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, 64, 16])
+        SPLIT_ROWS: gl.constexpr = BLOCK_M == 128
+        buf = u % 2
+        mbarrier.wait(ds_ready.index(buf), (u // 2) & 1)
+        dq = gl.zeros([64, 64], gl.float32, Q_L)
+        for half in gl.static_range(2):  # sum over the two 64-key halves
+            ds_h = ds_smem.index(buf * 2 + half)
+            k_h = k_smem.index(half).reshape([64, HEAD_DIM])
+            if SPLIT_ROWS:
+                ds_h = ds_h.slice(WG * 64, 64, dim=0)
+            else:
+                k_h = k_h.slice(WG * 64, 64, dim=1)
+            dq = warpgroup_mma(ds_h, k_h, dq, use_acc=half == 1, is_async=True)
+        dq = warpgroup_mma_wait(0, deps=[dq])
+        mbarrier.arrive(ds_free.index(buf), count=1)
+        tma.store_wait(0)
+        _thread_barrier()
+        dq_smem.index(WG).reshape([64, 64]).store(dq * sm_scale)
+        fence_async_shared()
+        start_m = (lo + u % n_tiles) * BLOCK_M
+        row0 = WG * 64 if SPLIT_ROWS else 0
+        col0 = 0 if SPLIT_ROWS else WG * 64
+        _tma_reduce_add(dq_desc, [off_z, off_hk * GROUP + u // n_tiles, start_m + row0, col0],
+                        dq_smem.index(WG))
+
+    @gluon.jit
     def _dkdv_consumer(WG: gl.constexpr, dk_desc, dv_desc, dq_desc, q_smem, do_smem, k_smem,
                        v_smem, ds_smem, dq_smem, bars, LSE, DELTA, sm_scale, qk_scale, H_KV,
                        GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks, HEAD_DIM: gl.constexpr,
                        BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-                       HAS_RIGHT: gl.constexpr, FUSE_DQ: gl.constexpr):
+                       HAS_RIGHT: gl.constexpr, FUSE_DQ: gl.constexpr,
+                       DEFER_DQ: gl.constexpr):
         """One consumer warpgroup: dK and dV of 64 keys, accumulated over the query tiles;
         with FUSE_DQ, also a 64 x 64 share of each tile's dQ = sm_scale * dS K, added into
         the fp32 tensor behind ``dq_desc`` by the copy engine."""
@@ -290,7 +323,21 @@ if HAVE_GLUON:
             ds_t = p_t * (dp_t - gl.expand_dims(gl.convert_layout(delta, COL), 0))
             ds_op = gl.convert_layout(ds_t.to(dtype), OP_L)
             dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
-            if FUSE_DQ:
+            if FUSE_DQ and DEFER_DQ:
+                # dS into buffer t % 2 (free once both took tile t - 2's dQ share), then tile
+                # t - 1's share: the other warpgroup wrote its half a tile ago, so neither
+                # waits for the other's current tile
+                buf = t % 2
+                mbarrier.wait(ds_free.index(buf), ((t // 2) & 1) ^ 1)
+                ds_smem.index(buf * 2 + WG).permute((1, 0)).store(ds_t.to(dtype))
+                fence_async_shared()
+                mbarrier.arrive(ds_ready.index(buf), count=1)
+                if t > 0:
+                    _dq_share(t - 1, WG, ds_smem, k_smem, dq_smem, dq_desc, ds_ready, ds_free,
+                              sm_scale, lo, n_tiles, off_z, off_hk, GROUP, HEAD_DIM, BLOCK_M)
+                dk, dv, p_op, ds_op = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op])
+                mbarrier.arrive(empty.index(slot), count=1)
+            elif FUSE_DQ:
                 # this warpgroup's dS (queries x its 64 keys) into buffer t % 2, once both
                 # warpgroups are done reading what it held two tiles ago
                 buf = t % 2
@@ -325,6 +372,9 @@ if HAVE_GLUON:
                 mbarrier.arrive(empty.index(slot), count=1)
             lse2, delta = next_lse2, next_delta
 
+        if FUSE_DQ and DEFER_DQ and total > 0:  # the last tile's share
+            _dq_share(total - 1, WG, ds_smem, k_smem, dq_smem, dq_desc, ds_ready, ds_free,
+                      sm_scale, lo, n_tiles, off_z, off_hk, GROUP, HEAD_DIM, BLOCK_M)
         if FUSE_DQ and total > 0:
             # the other warpgroup's dQ GEMMs read this warpgroup's K half too: wait until
             # both are done with the last tile's before writing dK over it
@@ -348,7 +398,7 @@ if HAVE_GLUON:
                           sm_scale, qk_scale, H_KV, GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks,
                           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                           HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-                          FUSE_DQ: gl.constexpr):
+                          FUSE_DQ: gl.constexpr, DEFER_DQ: gl.constexpr):
         # one program per (batch * K/V head, key block of 128); shared memory: K and V (two
         # 64-key halves each, later dK and dV's staging), the Q / dO ring, barriers
         k_smem = gl.allocate_shared_memory(k_desc.dtype, [2] + k_desc.block_type.shape,
@@ -395,19 +445,20 @@ if HAVE_GLUON:
             (_dkdv_consumer, (0, dk_desc, dv_desc, dq_desc, q_smem, do_smem, k_smem, v_smem,
                               ds_smem, dq_smem, bars, LSE, DELTA, sm_scale, qk_scale, H_KV,
                               GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks, HEAD_DIM, BLOCK_M,
-                              STAGES, HAS_LEFT, HAS_RIGHT, FUSE_DQ)),
+                              STAGES, HAS_LEFT, HAS_RIGHT, FUSE_DQ, DEFER_DQ)),
             (_dkdv_consumer, (1, dk_desc, dv_desc, dq_desc, q_smem, do_smem, k_smem, v_smem,
                               ds_smem, dq_smem, bars, LSE, DELTA, sm_scale, qk_scale, H_KV,
                               GROUP, N_Q, N_K, LEFT, RIGHT, n_n_blocks, HEAD_DIM, BLOCK_M,
-                              STAGES, HAS_LEFT, HAS_RIGHT, FUSE_DQ)),
+                              STAGES, HAS_LEFT, HAS_RIGHT, FUSE_DQ, DEFER_DQ)),
         ], [4, 4], [240, 240])
 
 
 def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), *,
                      block_m: int | None = None, stages: int | None = None,
-                     fuse_dq: bool = False) -> dict:
+                     fuse_dq: bool = False, defer_dq: bool = False) -> dict:
     """The compile-time constants of one kernel variant (``block_m`` / ``stages`` override
-    :func:`tile_config`; ``fuse_dq``: the kernel adds dQ into an fp32 buffer too)."""
+    :func:`tile_config`; ``fuse_dq``: the kernel adds dQ into an fp32 buffer too;
+    ``defer_dq``: each tile's dQ share is computed one tile later, a probe variant)."""
     default_m, default_stages = tile_config(head_dim)
     left, right = window
     if fuse_dq and (block_m or default_m) * head_dim != 128 * 64:
@@ -416,9 +467,11 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), *,
         raise ValueError(f"fuse_dq needs block_m * head_dim = 128 * 64 (128-row tiles at d = 64, "
                          f"64-row tiles at d = 128), got block_m={block_m or default_m}, "
                          f"head_dim={head_dim}")
+    if defer_dq and not fuse_dq:
+        raise ValueError("defer_dq needs fuse_dq (it reorders the fused dQ's steps)")
     return dict(HEAD_DIM=head_dim, BLOCK_M=block_m or default_m,
                 STAGES=stages or default_stages, HAS_LEFT=left >= 0,
-                HAS_RIGHT=causal or right >= 0, FUSE_DQ=fuse_dq)
+                HAS_RIGHT=causal or right >= 0, FUSE_DQ=fuse_dq, DEFER_DQ=defer_dq)
 
 
 def dkdv_tile_plan(start_n: int, n_q: int, n_k: int, block_m: int, causal: bool,
@@ -473,7 +526,7 @@ def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
     dQ too and adds it into that tensor, one (query tile, key block) share at a time through
     the copy engine's reduce-add, in an order that varies from run to run (dK and dV do not
     change: their sums are the program's own).
-    ``overrides``: ``block_m`` / ``stages`` (see :func:`kernel_constants`).
+    ``overrides``: ``block_m`` / ``stages`` / ``defer_dq`` (see :func:`kernel_constants`).
     """
     if not gluon_dkdv_supported(q, k, v, causal, window):
         raise ValueError("gluon dK/dV: inputs not supported (see gluon_dkdv_supported): need "
