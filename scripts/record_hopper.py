@@ -253,12 +253,15 @@ class GluonCaptured:
     :mod:`flashtext.kernels.dispatch` picks it: the forward
     (:mod:`flashtext.kernels.gluon_forward`, ``kind="forward"``) or the dK/dV pass
     (:mod:`flashtext.kernels.gluon_backward`, ``kind="dkdv"``, with ``fused_dq`` when it
-    computed dQ too); its case and, once launched, the kernel that ran."""
+    computed dQ too, ``deferred_dq`` when a tile late); ``persistent`` for a forward launched
+    one program per SM; its case and, once launched, the kernel that ran."""
 
     def __init__(self, dtype, head_dim: int, causal: bool, window, kernel=None,
-                 kind: str = "forward", fused_dq: bool = False):
+                 kind: str = "forward", fused_dq: bool = False, deferred_dq: bool = False,
+                 persistent: bool = False):
         self.dtype, self.head_dim, self.causal, self.window = dtype, head_dim, causal, window
         self.kernel, self.kind, self.fused_dq = kernel, kind, fused_dq
+        self.deferred_dq, self.persistent = deferred_dq, persistent
 
 
 @contextlib.contextmanager
@@ -285,7 +288,8 @@ def captured_launches(run: bool):
         return seen[-1].config
 
     def capture_gluon(q, k, v, causal, sm_scale, window=(-1, -1), **switches):
-        seen.append(GluonCaptured(q.dtype, q.shape[-1], causal, tuple(window)))
+        seen.append(GluonCaptured(q.dtype, q.shape[-1], causal, tuple(window),
+                                  persistent=bool(switches.get("persistent"))))
         if run:
             o, lse, seen[-1].kernel = real_gluon(q, k, v, causal, sm_scale, window, **switches)
             return o, lse, seen[-1].kernel
@@ -294,7 +298,8 @@ def captured_launches(run: bool):
 
     def capture_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1), **overrides):
         seen.append(GluonCaptured(q.dtype, q.shape[-1], causal, tuple(window), kind="dkdv",
-                                  fused_dq=overrides.get("dq_accum") is not None))
+                                  fused_dq=overrides.get("dq_accum") is not None,
+                                  deferred_dq=bool(overrides.get("defer_dq"))))
         if run:
             dk, dv, seen[-1].kernel = real_dkdv(q, k, v, do, lse, delta, causal, sm_scale,
                                                 window, **overrides)
@@ -398,20 +403,24 @@ def describe_gluon(c: GluonCaptured, with_sass: bool) -> dict:
 
     if c.kind == "dkdv":
         kernel = c.kernel or gb.compile_sm90_dkdv(c.head_dim, c.dtype, c.causal, c.window,
-                                                  fuse_dq=c.fused_dq)
-        constants = gb.kernel_constants(c.head_dim, c.causal, c.window, fuse_dq=c.fused_dq)
+                                                  fuse_dq=c.fused_dq, defer_dq=c.deferred_dq)
+        constants = gb.kernel_constants(c.head_dim, c.causal, c.window, fuse_dq=c.fused_dq,
+                                        defer_dq=c.deferred_dq)
         row, meta = _described(kernel, with_sass)
-        return {**row, "gluon": True, "kind": "dkdv", "fused_dq": c.fused_dq, "use_tma": True,
+        return {**row, "gluon": True, "kind": "dkdv", "fused_dq": c.fused_dq,
+                "deferred_dq": c.deferred_dq, "use_tma": True,
                 "descriptor_args": ["q_desc", "k_desc", "v_desc", "do_desc", "dk_desc",
                                     "dv_desc", "dq_desc"],
                 "config": {"BLOCK_M": constants["BLOCK_M"], "BLOCK_N": gb.BLOCK_N,
                            "STAGES": constants["STAGES"], "num_warps": meta.get("num_warps")}}
-    kernel = c.kernel or gf.compile_sm90(c.head_dim, c.dtype, c.causal, c.window)
-    constants = gf.kernel_constants(c.head_dim, c.causal, c.window)
+    kernel = c.kernel or gf.compile_sm90(c.head_dim, c.dtype, c.causal, c.window,
+                                         persistent=c.persistent)
+    constants = gf.kernel_constants(c.head_dim, c.causal, c.window, persistent=c.persistent)
     row, meta = _described(kernel, with_sass)
     # num_warps counts every partition's: the producer's 4 and the two consumers' 4 each
     warps = meta.get("num_warps")
-    return {**row, "gluon": True, "kind": "forward", "use_tma": True,
+    return {**row, "gluon": True, "kind": "forward", "persistent": c.persistent,
+            "use_tma": True,
             "descriptor_args": ["q_desc", "k_desc", "v_desc", "o_desc"],
             "config": {"BLOCK_M": gf.BLOCK_M, "BLOCK_N": constants["BLOCK_N"],
                        "STAGES": constants["STAGES"], "num_warps": warps}}

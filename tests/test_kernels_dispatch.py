@@ -46,21 +46,41 @@ def test_widest_key_span_is_the_most_keys_any_query_sees(causal, window):
 
 def test_the_rule_by_shape():
     at = dispatch.GLUON_MIN_MASKED_KEYS
-    assert at == 2048
+    assert at == {64: 4096, 128: 2048, 256: 0}
     for n in (1, 100, 1024, 4096, 65536):
-        assert not dispatch.prefers_gluon(64, n, n, False)  # d = 64: Triton is as fast
-        assert not dispatch.prefers_gluon(64, n, n, True)
-        assert dispatch.prefers_gluon(128, n, n, False)  # unmasked d = 128: Gluon at every N
+        for d in (64, 128):  # unmasked: Gluon at every N
+            assert dispatch.prefers_gluon(d, n, n, False)
         assert dispatch.prefers_gluon(256, n, n, True)  # d = 256: Gluon, masked or not
         assert not dispatch.prefers_gluon(96, n, n, False)  # padded head dims: Triton only
-    # masked d = 128: Gluon from the first length at which a query sees `at` keys
-    assert not dispatch.prefers_gluon(128, at - 1, at - 1, True)
-    assert dispatch.prefers_gluon(128, at, at, True)
-    assert dispatch.prefers_gluon(128, 1, at, True)  # one query, at the end, sees all keys
-    assert not dispatch.prefers_gluon(128, 65536, 65536, True, (at - 2, 0))  # window of at - 1
-    assert dispatch.prefers_gluon(128, 65536, 65536, True, (at - 1, 0))
+    for d in (64, 128):
+        # masked: Gluon from the first length at which a query sees `at[d]` keys
+        assert not dispatch.prefers_gluon(d, at[d] - 1, at[d] - 1, True)
+        assert dispatch.prefers_gluon(d, at[d], at[d], True)
+        assert dispatch.prefers_gluon(d, 1, at[d], True)  # one query, at the end, sees all keys
+        # a window of at[d] - 1 keys, then of at[d]
+        assert not dispatch.prefers_gluon(d, 65536, 65536, True, (at[d] - 2, 0))
+        assert dispatch.prefers_gluon(d, 65536, 65536, True, (at[d] - 1, 0))
     assert not dispatch.prefers_gluon(128, 65536, 65536, False, (1000, 1000))
     assert dispatch.prefers_gluon(128, 65536, 65536, False, (1024, 1023))
+
+
+def test_the_persistent_rule_by_shape():
+    most = dispatch.PERSISTENT_MAX_MASKED_KEYS
+    assert most == {64: 4096, 128: 2048}
+    for n in (1, 100, 1024, 4096, 65536):
+        for d in (64, 128):  # unmasked: persistent at every N
+            assert dispatch.prefers_persistent(d, n, n, False)
+        assert not dispatch.prefers_persistent(256, n, n, False)  # no room for O's buffer
+    for d in (64, 128):
+        # masked: persistent while no query sees more than most[d] keys
+        assert dispatch.prefers_persistent(d, most[d], most[d], True)
+        assert not dispatch.prefers_persistent(d, most[d] + 1, most[d] + 1, True)
+        assert not dispatch.prefers_persistent(d, 1, most[d] + 1, True)  # the last query
+        assert dispatch.prefers_persistent(d, 65536, 65536, True, (most[d] - 1, 0))
+        assert not dispatch.prefers_persistent(d, 65536, 65536, True, (most[d], 0))
+    # where both hold, the masked Gluon forward at d = 128 starts persistent: one length only
+    assert [n for n in (1024, 2048, 4096) if dispatch.prefers_gluon(128, n, n, True)
+            and dispatch.prefers_persistent(128, n, n, True)] == [2048]
 
 
 def test_cpu_and_float32_inputs_run_the_triton_forward():
@@ -79,21 +99,24 @@ def test_auto_follows_the_rule_where_gluon_could_run(monkeypatch):
     exactly the cases the rule names to it, and "triton" never does."""
     calls = []
 
-    def fake_launch(q, k, v, causal, sm_scale, window=(-1, -1)):
-        calls.append((q.shape[-1], q.shape[2], causal, tuple(window)))
+    def fake_launch(q, k, v, causal, sm_scale, window=(-1, -1), persistent=False):
+        calls.append((q.shape[-1], q.shape[2], causal, tuple(window), persistent))
         return (torch.full(q.shape, 7.0, device=q.device),
                 torch.zeros(q.shape[:-1], device=q.device), None)
 
     monkeypatch.setattr(gf, "gluon_supported", lambda *args: True)
     monkeypatch.setattr(gf, "launch", fake_launch)
     for d, n, causal, window in [(128, 64, False, (-1, -1)), (128, 64, True, (-1, -1)),
-                                 (64, 64, False, (-1, -1)), (128, 64, False, (8, 8)),
-                                 (256, 64, True, (-1, -1))]:
+                                 (64, 64, False, (-1, -1)), (64, 64, True, (-1, -1)),
+                                 (128, 64, False, (8, 8)), (256, 64, True, (-1, -1)),
+                                 (256, 64, False, (-1, -1))]:
         calls.clear()
         q = torch.randn(1, 1, n, d).to(DEVICE)
         o, _ = attention_forward(q, q, q, causal=causal, window_size=window)
         wanted = dispatch.prefers_gluon(d, n, n, causal, window)
-        assert calls == ([(d, n, causal, window)] if wanted else []), (d, n, causal, window)
+        persistent = dispatch.prefers_persistent(d, n, n, causal, window)
+        assert calls == ([(d, n, causal, window, persistent)] if wanted else []), \
+            (d, n, causal, window)
         assert bool((o == 7.0).all()) == wanted
         calls.clear()
         attention_forward(q, q, q, causal=causal, window_size=window, forward_kernel="triton")
@@ -148,12 +171,13 @@ def _gpu_inputs(d: int, n: int, h_kv: int, dtype: torch.dtype):
 def _stand_in_for_the_gluon_dkdv(monkeypatch, on_call, seed: int):
     """Stand in for the Gluon dK/dV kernel's support check and launch (and scale the rule's
     threshold down to the interpreter's lengths): each launch calls ``on_call(q, lse, delta,
-    causal, window, dq_accum)`` and fills the (dK, dV) pair the backward hands over with 7 and
-    5 (the pair it returns: one pair alive, not two). Returns seeded q, k, v, do (1, 2, 40, 64).
+    causal, window, dq_accum, defer_dq)`` and fills the (dK, dV) pair the backward hands over
+    with 7 and 5 (the pair it returns: one pair alive, not two). Returns seeded q, k, v, do
+    (1, 2, 40, 64).
     """
     def fake_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window=(-1, -1), out=None,
-                  dq_accum=None):
-        on_call(q, lse, delta, causal, window, dq_accum)
+                  dq_accum=None, defer_dq=False):
+        on_call(q, lse, delta, causal, window, dq_accum, defer_dq)
         dk, dv = out
         return dk.fill_(7.0), dv.fill_(5.0), None
 
@@ -168,10 +192,12 @@ def test_the_fused_dq_rule_by_shape():
     for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (100, 0)),
                            (False, (-1, 5))):
         masked = causal or window != (-1, -1)
-        assert dispatch.prefers_fused_dq(128, causal, window)  # d = 128: fused, mask or not
-        assert dispatch.prefers_fused_dq(64, causal, window) is not masked  # d = 64: unmasked
+        for d in (64, 128):  # fused, mask or not; a tile late with a mask
+            assert dispatch.prefers_fused_dq(d, causal, window)
+            assert dispatch.prefers_deferred_dq(d, causal, window) is masked
     for d in (32, 96, 256):  # no Gluon dK/dV to fuse it into
         assert not dispatch.prefers_fused_dq(d, False)
+        assert not dispatch.prefers_deferred_dq(d, True)
 
 
 def test_deterministic_is_checked():
@@ -192,8 +218,9 @@ def test_dq_is_fused_where_the_rule_says_unless_deterministic(monkeypatch):
     through attention_backward and through autograd alike."""
     calls = []
 
-    def on_call(q, lse, delta, causal, window, dq_accum):
+    def on_call(q, lse, delta, causal, window, dq_accum, defer_dq):
         calls.append(dq_accum is not None)
+        assert not defer_dq  # no mask: each tile's share at once
         if dq_accum is not None:
             assert dq_accum.dtype == torch.float32 and dq_accum.shape == q.shape
             assert bool((dq_accum == 0).all())  # the kernel adds into zeros
@@ -301,14 +328,15 @@ def test_cpu_float32_and_d256_inputs_run_the_triton_dkdv():
 def test_auto_backward_follows_the_rule_where_the_gluon_dkdv_could_run(monkeypatch):
     """Routing: with the Gluon dK/dV's support check and launch stood in for (and the rule's
     threshold scaled down to the interpreter's lengths), "auto" takes dK and dV from it exactly
-    where the rule says and "gluon" always (at d = 64 with a causal mask, dQ from the Triton
-    pass either way); "triton" never calls it."""
+    where the rule says and "gluon" always (with a mask, dQ fused a tile late; with
+    ``deterministic``, from the Triton pass); "triton" never calls it."""
     calls = []
 
-    def on_call(q, lse, delta, causal, window, dq_accum):
-        calls.append((tuple(q.shape), causal, tuple(window)))
+    def on_call(q, lse, delta, causal, window, dq_accum, defer_dq):
+        calls.append((tuple(q.shape), causal, tuple(window), dq_accum is not None, defer_dq))
         assert delta.shape == lse.shape == q.shape[:-1]
-        assert dq_accum is None  # d = 64 with a causal mask: dQ from the Triton pass
+        if dq_accum is not None:
+            dq_accum.fill_(3.0)
 
     q, k, v, do = _stand_in_for_the_gluon_dkdv(monkeypatch, on_call, seed=3)
     o, lse = attention_forward(q, k, v, causal=True)
@@ -318,8 +346,8 @@ def test_auto_backward_follows_the_rule_where_the_gluon_dkdv_could_run(monkeypat
         calls.clear()
         dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal=True, window_size=window,
                                         backward_kernel=kernel)
-        assert calls == [((1, 2, 40, 64), True, window)], kernel
-        assert bool((dk == 7.0).all()) and bool((dv == 5.0).all())
+        assert calls == [((1, 2, 40, 64), True, window, True, True)], kernel
+        assert bool((dq == 3.0).all()) and bool((dk == 7.0).all()) and bool((dv == 5.0).all())
     calls.clear()  # a window: each key seen by 10 queries at most -> Triton
     attention_backward(do, q, k, v, o, lse, causal=True, window_size=(9, -1))
     assert calls == []
@@ -328,15 +356,17 @@ def test_auto_backward_follows_the_rule_where_the_gluon_dkdv_could_run(monkeypat
                        *attention_forward(q[:, :, :39], k[:, :, :39], v[:, :, :39], causal=True),
                        causal=True)
     assert calls == []
-    # dQ is the Triton pass's whichever kernel made dK and dV: the same code, bitwise
-    dq, _, _ = attention_backward(do, q, k, v, o, lse, causal=True, backward_kernel="auto")
+    # deterministic: dQ is the Triton pass's whichever kernel made dK and dV, bitwise
+    calls.clear()
+    dq, _, _ = attention_backward(do, q, k, v, o, lse, causal=True, deterministic=True)
+    assert calls == [((1, 2, 40, 64), True, (-1, -1), False, False)]
     assert torch.equal(dq, want[0])
     # and through autograd
     calls.clear()
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     flash_attention(*leaves, causal=True).backward(do)
     assert len(calls) == 1 and bool((leaves[1].grad == 7.0).all())
-    assert torch.equal(leaves[0].grad, want[0])
+    assert bool((leaves[0].grad == 3.0).all())
     calls.clear()
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     flash_attention(*leaves, causal=True, backward_kernel="triton").backward(do)

@@ -248,7 +248,7 @@ def test_record_hopper_describes_each_launch_with_what_ran():
 
     rh = _record_hopper()
     seen, _ = rh.dispatched_launches("float16", 64, False, 64, "cpu", run=False,
-                                     backward_kernel="triton")
+                                     forward_kernel="triton", backward_kernel="triton")
     compiled = SimpleNamespace(asm={"ptx": "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
                                            "cp.async.bulk.tensor.4d.shared::cluster.global x"},
                                metadata=SimpleNamespace(num_warps=4, num_stages=2, shared=1024))
@@ -286,16 +286,23 @@ def test_record_hopper_captures_the_gluon_forward_where_sm90_runs_it():
         seen, _ = rh.dispatched_launches("float16", d, causal, n, "cpu", run=False)
         forward = "gluon forward" if dispatch.prefers_gluon(d, n, n, causal) else "_attn_fwd"
         backward = triton_backward
+        if forward == "gluon forward":
+            assert seen[0].persistent == dispatch.prefers_persistent(d, n, n, causal)
         if dispatch.prefers_gluon_backward(d, n, n, causal):
             fused = dispatch.prefers_fused_dq(d, causal)
             backward = fused_backward if fused else gluon_backward
-            assert [c.fused_dq for c in seen if getattr(c, "kind", "") == "dkdv"] == [fused]
+            dkdv = [c for c in seen if getattr(c, "kind", "") == "dkdv"]
+            assert [(c.fused_dq, c.deferred_dq) for c in dkdv] == [
+                (fused, fused and dispatch.prefers_deferred_dq(d, causal))]
         assert names(seen) == [forward, *backward], (d, causal, n)
     seen, _ = rh.dispatched_launches("float16", 128, True, 2048, "cpu", run=False)
     assert names(seen) == ["gluon forward", *fused_backward]  # d = 128: dQ fused in
-    assert {tuple(names(rh.dispatched_launches("float16", 64, True, n, "cpu", run=False)[0]))
-            for n in (100, 2048)} == {("_attn_fwd", *b) for b in (gluon_backward,
-                                                                  triton_backward)}
+    assert seen[0].persistent and seen[-1].deferred_dq  # a short masked pass; a tile late
+    # d = 64 causal: the Triton forward below 4k keys; dK/dV (and dQ) Gluon from 2k queries
+    assert [tuple(names(rh.dispatched_launches("float16", 64, True, n, "cpu", run=False)[0]))
+            for n in (100, 2048, 4096)] == [("_attn_fwd", *triton_backward),
+                                            ("_attn_fwd", *fused_backward),
+                                            ("gluon forward", *fused_backward)]
     seen, _ = rh.dispatched_launches("float16", 128, False, 256, "cpu", run=False,
                                      forward_kernel="triton", backward_kernel="triton")
     assert names(seen) == ["_attn_fwd", *triton_backward]
@@ -313,7 +320,7 @@ def test_record_hopper_captures_the_gluon_forward_where_sm90_runs_it():
     assert row["config"] == {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 2, "num_warps": 12}
     assert row["descriptor_args"] == ["q_desc", "k_desc", "v_desc", "do_desc", "dk_desc",
                                       "dv_desc", "dq_desc"]
-    assert row["fused_dq"] is False  # d = 64, causal: dQ from the Triton pass
+    assert row["fused_dq"] is True and row["deferred_dq"] is True  # d = 64 causal: a tile late
     seen, _ = rh.dispatched_launches("float16", 128, False, 256, "cpu", run=False)
     seen[0].kernel = SimpleNamespace(
         name="_attn_fwd_ws", asm={"ptx": "setmaxnreg.dec.sync.aligned.u32 24; "

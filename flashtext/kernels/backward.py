@@ -351,7 +351,7 @@ def preprocess(o: torch.Tensor, do: torch.Tensor, config: KernelConfig | None = 
 def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              o: torch.Tensor, lse: torch.Tensor, causal: bool, sm_scale: float,
              configs: dict[str, KernelConfig] | None = None, window: tuple[int, int] = (-1, -1),
-             dkdv_kernel: str = "triton", fuse_dq: bool = False,
+             dkdv_kernel: str = "triton", fuse_dq: bool = False, defer_dq: bool = False,
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of ``sum(O * do)``, given the forward's O and lse.
 
@@ -364,10 +364,13 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     supports only, see :mod:`flashtext.kernels.dispatch`) instead of ``_attn_bwd_dkdv``;
     with ``fuse_dq=True`` that kernel computes dQ as well, adding it into an fp32 buffer through
     the copy engine (run to run, the order of those additions varies, and so may dQ's last
-    bits), and ``_attn_bwd_dq`` does not run.
+    bits), and ``_attn_bwd_dq`` does not run; ``defer_dq=True`` computes each tile's share a
+    tile late (:func:`~flashtext.kernels.gluon_backward.kernel_constants`).
     """
     if dkdv_kernel not in ("triton", "gluon"):
         raise ValueError(f"dkdv_kernel must be 'triton' or 'gluon', got {dkdv_kernel!r}")
+    if defer_dq and not fuse_dq:
+        raise ValueError("defer_dq=True needs fuse_dq=True (it reorders the fused dQ's steps)")
     if fuse_dq and dkdv_kernel != "gluon":
         raise ValueError("fuse_dq=True needs dkdv_kernel='gluon' (the Triton dK/dV kernel has "
                          "no fused dQ)")
@@ -387,7 +390,7 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     if fuse_dq:
         dq_accum = torch.zeros(dq.shape, dtype=torch.float32, device=dq.device)
         launch_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window, out=(dk, dv),
-                    dq_accum=dq_accum)
+                    dq_accum=dq_accum, defer_dq=defer_dq)
         return dq.copy_(dq_accum), dk, dv
     if dkdv_kernel == "gluon":
         dk, dv, _ = launch_dkdv(q, k, v, do, lse, delta, causal, sm_scale, window, out=(dk, dv))

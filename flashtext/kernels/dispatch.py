@@ -6,31 +6,34 @@ chapter 10); everywhere else (other GPUs, the CPU interpreter, float32, packed s
 layouts the copy engine cannot address) the Triton kernel runs. Both return the same O and lse,
 so the backward kernels do not care which one ran.
 
-The rule, from side-by-side H200 runs (``BENCHMARKS.md``, v5):
+The rule, from side-by-side H200 runs (``BENCHMARKS.md``, v8):
 
-* d = 64 stays on Triton: there the Gluon kernel is level with it at best.
-* d = 128 and 256 go to Gluon, except a masked d = 128 call (causal or a window) whose queries
-  each see fewer than :data:`GLUON_MIN_MASKED_KEYS` keys: a query block then has only a few key
-  tiles to pipeline, and the Triton kernel (with its 64 x 64 tiles for short causal passes) was
-  measured level with the Gluon one or faster.
+* Gluon at d = 64, 128 and 256, except a masked call (causal or a window) whose queries each
+  see fewer keys than :data:`GLUON_MIN_MASKED_KEYS` gives for its head dimension: a query block
+  then has only a few key tiles to pipeline, and the Triton kernel (with its 64 x 64 tiles for
+  short causal passes) was measured level with the Gluon one or faster.
+* The Gluon forward runs *persistent* (one program per SM, each looping over work tiles, so
+  that a tile's loads overlap the previous tile's end) at d = 64 and 128 without a mask, and
+  with one up to :data:`PERSISTENT_MAX_MASKED_KEYS` keys a query: a program there has few key
+  tiles, and starting and ending it is a large part of its time. Past that, the causal tiles
+  of a head differ so much in length that one program per tile, handed out by the GPU as SMs
+  free up, balances them better than a fixed round-robin.
 
 The backward's dK/dV pass (the larger part of it: four of its seven matmuls) runs the Gluon
 kernel (:mod:`flashtext.kernels.gluon_backward`) where it can run the inputs (d = 64 and 128,
 fp16 and bf16, on sm_90) and some key is seen by at least :data:`GLUON_MIN_BACKWARD_QUERIES`
-queries: there the H200 measured it 1.35-1.53x (d = 128) and 1.12-1.46x (d = 64) as fast as
-the Triton dK/dV pass (``scripts/probe_gluon_backward.py``). A program of the Gluon kernel
-loops over the query tiles that see its keys, and with fewer of them (N = 512 and 1k in the
-sweep) its backward ran 0.63-1.20x as fast as the Triton one. The preprocessing is Triton's
-either way.
+queries. A program of the Gluon kernel loops over the query tiles that see its keys, and with
+fewer of them (N = 512 and 1k in the sweep) the Triton backward was as fast or faster. The
+preprocessing is Triton's either way.
 
 Where the Gluon dK/dV kernel runs, it computes dQ as well (FlashAttention-3's way: each tile's
 share added into an fp32 buffer by the copy engine's reduce-add), unless the caller asks for a
-``deterministic`` backward or d = 64 comes with a mask (causal or a window). In an H200 probe
-(``scripts/records/gluon_backward_fused_dq_h200.json``, ``BENCHMARKS.md``: fp16 and bf16,
-N = 2k to 16k) the fused backward ran 1.09-1.15x as fast as the Gluon dK/dV beside Triton's dQ
-pass at d = 128, masked or not, and at d = 64 without a mask, but 0.95-1.01x at d = 64 with a
-causal mask. Elsewhere dQ comes from Triton's ``_attn_bwd_dq``, which writes each row of dQ
-once, so that the whole backward gives the same bits on every run.
+``deterministic`` backward. With a mask (causal or a window) each tile's dQ share is computed a
+tile late (:func:`prefers_deferred_dq`): the two warpgroups exchange their halves of dS for it,
+and taking the previous tile's lets neither wait for the other's current one. Measured in
+``scripts/probe_gluon_backward.py`` (``flashtext/data/gluon_backward_probe_h200.json``). With
+``deterministic``, dQ comes from Triton's ``_attn_bwd_dq``, which writes each row of dQ once, so
+that the whole backward gives the same bits on every run.
 """
 
 from __future__ import annotations
@@ -43,8 +46,11 @@ from flashtext.kernels.forward import forward as triton_forward
 
 FORWARD_KERNELS = ("auto", "triton", "gluon")
 BACKWARD_KERNELS = ("auto", "triton", "gluon")
-GLUON_HEAD_DIMS = (128, 256)  # at d = 64 the Triton forward is as fast
-GLUON_MIN_MASKED_KEYS = 2048  # a masked d = 128 call whose queries see fewer keys: Triton
+GLUON_HEAD_DIMS = (64, 128, 256)
+# a masked call whose queries see fewer keys than this (by head dimension) runs Triton
+GLUON_MIN_MASKED_KEYS = {64: 4096, 128: 2048, 256: 0}
+# a masked call whose queries see at most this many keys runs the Gluon forward persistent
+PERSISTENT_MAX_MASKED_KEYS = {64: 4096, 128: 2048}
 GLUON_MIN_BACKWARD_QUERIES = 2048  # a backward whose keys are each seen by fewer: Triton dK/dV
 Window = tuple[int, int]
 
@@ -87,9 +93,14 @@ def prefers_gluon_backward(head_dim: int, n_q: int, n_k: int, causal: bool,
 
 def prefers_fused_dq(head_dim: int, causal: bool, window: Window = (-1, -1)) -> bool:
     """Where the Gluon dK/dV kernel runs: is computing dQ in it (rather than in Triton's dQ
-    pass) the faster one on sm_90? Not at d = 64 with a mask."""
-    masked = causal or tuple(window) != (-1, -1)
-    return head_dim in gluon_backward.HEAD_DIMS and not (head_dim == 64 and masked)
+    pass) the faster one on sm_90? At both of its head dimensions, masked or not."""
+    return head_dim in gluon_backward.HEAD_DIMS
+
+
+def prefers_deferred_dq(head_dim: int, causal: bool, window: Window = (-1, -1)) -> bool:
+    """Where dQ is fused: is each tile's dQ share better taken a tile late? With a mask."""
+    return prefers_fused_dq(head_dim, causal, window) and \
+        (causal or tuple(window) != (-1, -1))
 
 
 def prefers_gluon(head_dim: int, n_q: int, n_k: int, causal: bool,
@@ -98,8 +109,18 @@ def prefers_gluon(head_dim: int, n_q: int, n_k: int, causal: bool,
     if head_dim not in GLUON_HEAD_DIMS:
         return False
     masked = causal or tuple(window) != (-1, -1)
-    return not (masked and head_dim == 128
-                and widest_key_span(n_q, n_k, causal, window) < GLUON_MIN_MASKED_KEYS)
+    return not (masked and widest_key_span(n_q, n_k, causal, window)
+                < GLUON_MIN_MASKED_KEYS[head_dim])
+
+
+def prefers_persistent(head_dim: int, n_q: int, n_k: int, causal: bool,
+                       window: Window = (-1, -1)) -> bool:
+    """Where the Gluon forward runs: is its persistent launch the faster one here?"""
+    if head_dim not in PERSISTENT_MAX_MASKED_KEYS:
+        return False
+    masked = causal or tuple(window) != (-1, -1)
+    return not masked or widest_key_span(n_q, n_k, causal, window) \
+        <= PERSISTENT_MAX_MASKED_KEYS[head_dim]
 
 
 def choose_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
@@ -161,7 +182,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     if kernel == "gluon" and not gluon_forward.gluon_supported(q, k, v, causal, window):
         raise _unsupported("forward_kernel", "the Gluon forward", gluon_forward.HEAD_DIMS, q)
     if kernel == "gluon":
-        o, lse, _ = gluon_forward.launch(q, k, v, causal, sm_scale, window)
+        persistent = prefers_persistent(q.shape[-1], q.shape[2], k.shape[2], causal, window)
+        o, lse, _ = gluon_forward.launch(q, k, v, causal, sm_scale, window,
+                                         persistent=persistent)
         return o, lse
     return triton_forward(q, k, v, causal, sm_scale, window=window)
 
@@ -173,9 +196,9 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) with the dK/dV kernel :func:`choose_backward` picks, or the one
     ``backward_kernel`` names ("gluon" raises a ValueError on inputs it does not support).
-    The Gluon kernel computes dQ as well where :func:`prefers_fused_dq` holds, unless
-    ``deterministic``: then dQ comes from Triton's dQ pass, and the same inputs give the same
-    bits every run."""
+    The Gluon kernel computes dQ as well where :func:`prefers_fused_dq` holds (a tile late
+    where :func:`prefers_deferred_dq` does), unless ``deterministic``: then dQ comes from
+    Triton's dQ pass, and the same inputs give the same bits every run."""
     kernel = choose_backward(q, k, v, causal, window) if backward_kernel == "auto" \
         else backward_kernel
     if kernel == "gluon" and not gluon_backward.gluon_dkdv_supported(q, k, v, causal, window):
@@ -183,13 +206,16 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                            q)
     fuse_dq = kernel == "gluon" and not deterministic and \
         prefers_fused_dq(q.shape[-1], causal, window)
+    defer_dq = fuse_dq and prefers_deferred_dq(q.shape[-1], causal, window)
     return triton_backward(do, q, k, v, o, lse, causal, sm_scale, window=window,
-                           dkdv_kernel=kernel, fuse_dq=fuse_dq)
+                           dkdv_kernel=kernel, fuse_dq=fuse_dq, defer_dq=defer_dq)
 
 
 __all__ = ["BACKWARD_KERNELS", "FORWARD_KERNELS", "GLUON_HEAD_DIMS",
-           "GLUON_MIN_BACKWARD_QUERIES", "GLUON_MIN_MASKED_KEYS", "backward",
+           "GLUON_MIN_BACKWARD_QUERIES", "GLUON_MIN_MASKED_KEYS", "PERSISTENT_MAX_MASKED_KEYS",
+           "backward",
            "check_backward_kernel", "check_forward_kernel", "choose_backward", "choose_forward",
-           "forward", "prefers_fused_dq", "prefers_gluon", "prefers_gluon_backward",
+           "forward", "prefers_deferred_dq", "prefers_fused_dq", "prefers_gluon",
+           "prefers_gluon_backward", "prefers_persistent",
            "widest_key_span",
            "widest_query_span"]

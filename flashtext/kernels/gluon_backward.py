@@ -199,16 +199,14 @@ if HAVE_GLUON:
         return gl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E, delta
 
     @gluon.jit
-    def _dq_share(u, WG: gl.constexpr, ds_smem, k_smem, dq_smem, dq_desc, ds_ready, ds_free,
-                  sm_scale, lo, n_tiles, off_z, off_hk, GROUP, HEAD_DIM: gl.constexpr,
+    def _dq_gemms(buf, WG: gl.constexpr, ds_smem, k_smem, HEAD_DIM: gl.constexpr,
                   BLOCK_M: gl.constexpr):
-        """Tile u's dQ share of this warpgroup (DEFER_DQ: one tile after its dS was written),
-        once both dS halves of tile u are in shared memory; added into DQ by the copy engine."""
+        """This warpgroup's 64 x 64 share of dS K for the tile whose dS halves are in buffer
+        ``buf``: its 64 of the 128 query rows at d = 64, its 64 of the 128 columns at d = 128
+        (BLOCK_M = 64), summed over both warpgroups' 64-key halves. Issued, not waited for."""
         Q_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, 64, 16])
         SPLIT_ROWS: gl.constexpr = BLOCK_M == 128
-        buf = u % 2
-        mbarrier.wait(ds_ready.index(buf), (u // 2) & 1)
         dq = gl.zeros([64, 64], gl.float32, Q_L)
         for half in gl.static_range(2):  # sum over the two 64-key halves
             ds_h = ds_smem.index(buf * 2 + half)
@@ -218,8 +216,15 @@ if HAVE_GLUON:
             else:
                 k_h = k_h.slice(WG * 64, 64, dim=1)
             dq = warpgroup_mma(ds_h, k_h, dq, use_acc=half == 1, is_async=True)
-        dq = warpgroup_mma_wait(0, deps=[dq])
-        mbarrier.arrive(ds_free.index(buf), count=1)
+        return dq
+
+    @gluon.jit
+    def _dq_add(dq, u, WG: gl.constexpr, dq_smem, dq_desc, sm_scale, lo, n_tiles, off_z,
+                off_hk, GROUP, BLOCK_M: gl.constexpr):
+        """Tile u's share (times sm_scale) into DQ, rows past N_Q clipped: staged in this
+        warpgroup's fp32 tile once the copy engine has read the previous one out of it, then
+        added by the copy engine's reduce-add."""
+        SPLIT_ROWS: gl.constexpr = BLOCK_M == 128
         tma.store_wait(0)
         _thread_barrier()
         dq_smem.index(WG).reshape([64, 64]).store(dq * sm_scale)
@@ -229,6 +234,19 @@ if HAVE_GLUON:
         col0 = 0 if SPLIT_ROWS else WG * 64
         _tma_reduce_add(dq_desc, [off_z, off_hk * GROUP + u // n_tiles, start_m + row0, col0],
                         dq_smem.index(WG))
+
+    @gluon.jit
+    def _dq_share_later(u, WG: gl.constexpr, ds_smem, k_smem, dq_smem, dq_desc, ds_ready,
+                        ds_free, sm_scale, lo, n_tiles, off_z, off_hk, GROUP,
+                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr):
+        """DEFER_DQ: tile u's share, a tile after this warpgroup wrote its dS half, once the
+        other warpgroup's half is in too; buffer u % 2 is then free for tile u + 2's dS."""
+        mbarrier.wait(ds_ready.index(u % 2), (u // 2) & 1)
+        dq = _dq_gemms(u % 2, WG, ds_smem, k_smem, HEAD_DIM, BLOCK_M)
+        dq = warpgroup_mma_wait(0, deps=[dq])
+        mbarrier.arrive(ds_free.index(u % 2), count=1)
+        _dq_add(dq, u, WG, dq_smem, dq_desc, sm_scale, lo, n_tiles, off_z, off_hk, GROUP,
+                BLOCK_M)
 
     @gluon.jit
     def _dkdv_consumer(WG: gl.constexpr, dk_desc, dv_desc, dq_desc, q_smem, do_smem, k_smem,
@@ -271,14 +289,7 @@ if HAVE_GLUON:
         dk = gl.zeros([64, HEAD_DIM], gl.float32, D_L)
         dv = gl.zeros([64, HEAD_DIM], gl.float32, D_L)
         # dQ of a tile over all 128 keys: the two warpgroups' dS halves meet in shared memory
-        # and each takes a 64 x 64 share of dS K: its 64 of the 128 query rows at d = 64,
-        # its 64 of the 128 columns at d = 128 (BLOCK_M = 64)
-        Q_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                      instr_shape=[16, 64, 16])
-        SPLIT_ROWS: gl.constexpr = BLOCK_M == 128
-        dq_zero = gl.zeros([64, 64], gl.float32, Q_L)
-        dq_row0 = WG * 64 if SPLIT_ROWS else 0
-        dq_col0 = 0 if SPLIT_ROWS else WG * 64
+        # and each takes a 64 x 64 share of dS K (_dq_gemms)
         mbarrier.wait(kv_ready.index(0), 0)
 
         # the tiles in the producer's order; each tile's row statistics are loaded one tile
@@ -333,8 +344,9 @@ if HAVE_GLUON:
                 fence_async_shared()
                 mbarrier.arrive(ds_ready.index(buf), count=1)
                 if t > 0:
-                    _dq_share(t - 1, WG, ds_smem, k_smem, dq_smem, dq_desc, ds_ready, ds_free,
-                              sm_scale, lo, n_tiles, off_z, off_hk, GROUP, HEAD_DIM, BLOCK_M)
+                    _dq_share_later(t - 1, WG, ds_smem, k_smem, dq_smem, dq_desc, ds_ready,
+                                    ds_free, sm_scale, lo, n_tiles, off_z, off_hk, GROUP,
+                                    HEAD_DIM, BLOCK_M)
                 dk, dv, p_op, ds_op = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op])
                 mbarrier.arrive(empty.index(slot), count=1)
             elif FUSE_DQ:
@@ -346,35 +358,21 @@ if HAVE_GLUON:
                 fence_async_shared()
                 mbarrier.arrive(ds_ready.index(buf), count=1)
                 mbarrier.wait(ds_ready.index(buf), (t // 2) & 1)
-                dq = dq_zero
-                for half in gl.static_range(2):  # sum over the two 64-key halves
-                    ds_h = ds_smem.index(buf * 2 + half)
-                    k_h = k_smem.index(half).reshape([64, HEAD_DIM])
-                    if SPLIT_ROWS:
-                        ds_h = ds_h.slice(WG * 64, 64, dim=0)
-                    else:
-                        k_h = k_h.slice(WG * 64, 64, dim=1)
-                    dq = warpgroup_mma(ds_h, k_h, dq, use_acc=half == 1, is_async=True)
+                dq = _dq_gemms(buf, WG, ds_smem, k_smem, HEAD_DIM, BLOCK_M)
                 dk, dv, p_op, ds_op, dq = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op, dq])
                 mbarrier.arrive(empty.index(slot), count=1)
                 mbarrier.arrive(ds_free.index(buf), count=1)
-                # the copy engine adds the tile (times sm_scale) into DQ, rows past N_Q
-                # clipped, once it has read the previous one out of this warpgroup's
-                # staging tile
-                tma.store_wait(0)
-                _thread_barrier()
-                dq_smem.index(WG).reshape([64, 64]).store(dq * sm_scale)
-                fence_async_shared()
-                _tma_reduce_add(dq_desc, [off_z, off_hk * GROUP + t // n_tiles,
-                                          start_m + dq_row0, dq_col0], dq_smem.index(WG))
+                _dq_add(dq, t, WG, dq_smem, dq_desc, sm_scale, lo, n_tiles, off_z, off_hk,
+                        GROUP, BLOCK_M)
             else:
                 dk, dv, p_op, ds_op = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op])
                 mbarrier.arrive(empty.index(slot), count=1)
             lse2, delta = next_lse2, next_delta
 
         if FUSE_DQ and DEFER_DQ and total > 0:  # the last tile's share
-            _dq_share(total - 1, WG, ds_smem, k_smem, dq_smem, dq_desc, ds_ready, ds_free,
-                      sm_scale, lo, n_tiles, off_z, off_hk, GROUP, HEAD_DIM, BLOCK_M)
+            _dq_share_later(total - 1, WG, ds_smem, k_smem, dq_smem, dq_desc, ds_ready,
+                            ds_free, sm_scale, lo, n_tiles, off_z, off_hk, GROUP, HEAD_DIM,
+                            BLOCK_M)
         if FUSE_DQ and total > 0:
             # the other warpgroup's dQ GEMMs read this warpgroup's K half too: wait until
             # both are done with the last tile's before writing dK over it
@@ -458,7 +456,7 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), *,
                      fuse_dq: bool = False, defer_dq: bool = False) -> dict:
     """The compile-time constants of one kernel variant (``block_m`` / ``stages`` override
     :func:`tile_config`; ``fuse_dq``: the kernel adds dQ into an fp32 buffer too;
-    ``defer_dq``: each tile's dQ share is computed one tile later, a probe variant)."""
+    ``defer_dq``: each tile's dQ share is computed one tile later; the default with a mask)."""
     default_m, default_stages = tile_config(head_dim)
     left, right = window
     if fuse_dq and (block_m or default_m) * head_dim != 128 * 64:
