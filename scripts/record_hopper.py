@@ -44,6 +44,7 @@ Under a minute on an H200. Without CUDA it stops with a message: nothing is inve
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import functools
 import json
@@ -561,16 +562,14 @@ def sm90_preview(case: tuple = PREVIEW_CASE, forward_kernel: str = "auto",
     seen, _ = dispatched_launches(dtype, d, causal, n, "cpu", run=False,
                                   forward_kernel=forward_kernel,
                                   backward_kernel=backward_kernel)
-    out = {"triton": triton.__version__, "target": "sm_90", "probes": [],
-           "library": {"dtype": dtype, "d": d, "causal": causal, "n": n,
-                       "forward_kernel": forward_kernel, "backward_kernel": backward_kernel,
-                       "kernels": [describe_launch(c, compile_sm90, True) for c in seen]}}
     import torch
 
     batch_heads, n_probe, d_probe = 4, 4096, 128  # the GPU run's shape, as (B*H, N, d)
     q, k, v, o = (torch.empty(batch_heads, n_probe, d_probe, dtype=torch.float16)
                   for _ in range(4))
-    for label, desc, ws in PROBE_VARIANTS:
+
+    def probe(variant: tuple) -> dict:
+        label, desc, ws = variant
         row = {"variant": label, "use_desc": desc, "warp_specialize": ws}
         try:
             kernel = compile_for_sm90(probe_attention, [q, k, v, o, n_probe, 0.1], {
@@ -580,8 +579,16 @@ def sm90_preview(case: tuple = PREVIEW_CASE, forward_kernel: str = "auto",
                                 kernel.metadata._asdict()))
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        out["probes"].append(row)
-    return out
+        return row
+
+    # most of the time is the disassembler, a process per kernel: run them side by side
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        kernels = list(pool.map(lambda c: describe_launch(c, compile_sm90, True), seen))
+        probes = list(pool.map(probe, PROBE_VARIANTS))
+    return {"triton": triton.__version__, "target": "sm_90", "probes": probes,
+            "library": {"dtype": dtype, "d": d, "causal": causal, "n": n,
+                        "forward_kernel": forward_kernel, "backward_kernel": backward_kernel,
+                        "kernels": kernels}}
 
 
 def main() -> None:
