@@ -160,7 +160,6 @@ def compulsory_hbm_elements(n: int, d: int, n_k: int | None = None) -> int:
     return 2 * n * d + 2 * n_k * d
 
 
-
 def fa2_hbm_elements(n: int, d: int, block_m: int, n_k: int | None = None) -> dict[str, dict]:
     """HBM traffic of FlashAttention-2's schedule (outer loop over query blocks, O, l, m kept on
     chip): Q read once, K and V read once per query block (Tr = ceil(N / block_m) times), O

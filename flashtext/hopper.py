@@ -294,7 +294,6 @@ def model_tflops(schedule: str, d: int, matmul_flops: float | None = None,
     return predicted_utilisation(schedule, t.gemm, t.softmax) * rate / TERA
 
 
-
 @dataclass(frozen=True)
 class Slot:
     """One turn at the tensor cores in the Gluon kernel's ping-pong (one row of

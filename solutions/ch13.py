@@ -30,6 +30,8 @@ def ds_waits(t: int, n_buffers: int) -> tuple[int, int, int]:
     # then for this use's "both halves written" phase
     use = t // n_buffers
     return t % n_buffers, (use & 1) ^ 1, use & 1
+
+
 def copy_engine_ok(shape, strides, element_size: int, offset_bytes: int) -> bool:
     # a 16-byte aligned base, unit stride along the head dimension, and every other stride a
     # positive multiple of 16 bytes (a stride of 0 cannot be described)

@@ -111,7 +111,6 @@ def test_head_dims(d):
     _check_forward(q, k, v, causal=bool(d % 3))
 
 
-
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n_q,n_k,d", [(17, 100, 40), (100, 17, 24), (129, 129, 16), (1, 1, 8)])
 def test_no_out_of_bounds_reads(n_q, n_k, d, causal):

@@ -21,6 +21,7 @@ from flashtext.exercises.kernel_checks import Sandbox, compare, require_kernel
 
 # ---------------------------------------------------------------------------------- 9.1 axpy
 
+
 def axpy_spec(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
     return alpha * x + y
 

@@ -214,6 +214,8 @@ def check_ds_waits(fn) -> None:
                 outcome = ds_exchange(waits, n_buffers, total, seed)
                 expect(outcome == "ok", f"{n_buffers} buffer(s), {total} tile(s), "
                                         f"interleaving {seed}: {outcome}")
+
+
 def _layouts():
     """(name, shape, strides, element_size, offset_bytes) of layouts models hand a kernel."""
     for dtype_name, size in (("fp16", 2), ("fp32", 4)):

@@ -32,7 +32,6 @@ GREEN, YELLOW, FUTURE = "#7fc97f", "#ffd92f", "#eeeeee"
 M_CHOICES = sorted({2 ** k for k in range(8, 19)} | {3 * 2 ** k for k in range(8, 17)})
 
 
-
 def _check_positive(**values) -> None:
     for name, value in values.items():
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:

@@ -39,7 +39,6 @@ class CurrentFrame:
         return self.draw()
 
 
-
 # ------------------------------------------------------------------------------ tile stepper
 
 @dataclass

@@ -130,6 +130,8 @@ def test_the_exercise_is_the_kernels_exchange():
     assert "ok" in outcomes and any("wrote dK over its K half" in o or "overwritten with dK"
                                     in o for o in outcomes)
     assert {ds_exchange(ch13.ds_waits, 2, 5, seed) for seed in range(40)} == {"ok"}
+
+
 def test_copy_engine_ok():
     ok = ch13.copy_engine_ok
     assert_exercise(
