@@ -113,11 +113,8 @@ def time_row(dtype_name: str, d: int, n: int, causal: bool, variants: list[str])
                            fuse_dq=True)
 
     def fused_deferred():
-        fresh_delta = bw.preprocess(o, do)
-        acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        dk, dv, _ = gb.launch_dkdv(q, k, v, do, lse, fresh_delta, causal, scale, dq_accum=acc,
-                                   defer_dq=True)
-        return acc.to(dtype), dk, dv
+        return bw.backward(do, q, k, v, o, lse, causal, scale, dkdv_kernel="gluon",
+                           fuse_dq=True, defer_dq=True)
 
     providers = {
         "cudnn": lambda: torch.autograd.grad(o_ref, leaves, do, retain_graph=True),
