@@ -12,7 +12,7 @@ import torch
 from flashtext import recorded
 from flashtext import reference as ref
 from flashtext.bench import __main__ as cli
-from flashtext.bench import ceilings, core, providers, report, sweep
+from flashtext.bench import ceilings, consistency, core, providers, report, sweep
 
 ON_GPU = torch.cuda.is_available()
 
@@ -337,18 +337,18 @@ def test_same_kernels_follows_the_dispatch_rules():
                 for n in (512, 1024, 2048, 4096, 16384):
                     fwd = dispatch.prefers_gluon(d, n, n, causal)
                     bwd = dispatch.prefers_gluon_backward(d, n, n, causal)
-                    got = report.same_kernels(mode, d, n, causal)
+                    got = consistency.same_kernels(mode, d, n, causal)
                     if mode == "fwd":
                         assert got == ("gluon" if fwd else "triton")
                     else:
                         assert got == {(True, True): "gluon", (False, False): "triton"}.get(
                             (fwd, bwd)), (d, causal, n)
     # the rules' two sides of each line give both answers, and a mixed pair gives none
-    assert report.same_kernels("fwd", 128, 16384, False) == "gluon"
-    assert report.same_kernels("fwd", 64, 1024, True) == "triton"
-    assert report.same_kernels("fwd_bwd", 128, 16384, True) == "gluon"
-    assert report.same_kernels("fwd_bwd", 64, 512, True) == "triton"
-    assert report.same_kernels("fwd_bwd", 128, 1024, False) is None  # Gluon fwd, Triton dK/dV
+    assert consistency.same_kernels("fwd", 128, 16384, False) == "gluon"
+    assert consistency.same_kernels("fwd", 64, 1024, True) == "triton"
+    assert consistency.same_kernels("fwd_bwd", 128, 16384, True) == "gluon"
+    assert consistency.same_kernels("fwd_bwd", 64, 512, True) == "triton"
+    assert consistency.same_kernels("fwd_bwd", 128, 1024, False) is None  # Gluon fwd, Triton dK/dV
 
 
 def test_timed_twice_pairs_ours_with_the_column_that_runs_its_kernels():
@@ -357,10 +357,10 @@ def test_timed_twice_pairs_ours_with_the_column_that_runs_its_kernels():
                     ("triton", "fwd", 128, False, 4096): 300.0,
                     ("ours", "fwd_bwd", 128, False, 1024): 300.0,
                     ("gluon", "fwd_bwd", 128, False, 1024): 300.0})
-    ours_ms, same_ms = report.timed_twice(res, "fwd", "float16", 128, False, 4096)
+    ours_ms, same_ms = consistency.timed_twice(res, "fwd", "float16", 128, False, 4096)
     assert same_ms / ours_ms == pytest.approx(600 / 500)  # the gluon column, not triton's
-    assert report.timed_twice(res, "fwd", "float16", 128, True, 4096) is None  # not measured
-    assert report.timed_twice(res, "fwd_bwd", "float16", 128, False, 1024) is None  # mixed
+    assert consistency.timed_twice(res, "fwd", "float16", 128, True, 4096) is None  # not measured
+    assert consistency.timed_twice(res, "fwd_bwd", "float16", 128, False, 1024) is None  # mixed
 
 
 def test_targets_met_missed_and_gaps():
