@@ -1,6 +1,7 @@
 """Probe the Gluon FA3-style forward on an H200 in one run: compile, check, time.
 
     PYTHONPATH=. python3 scripts/probe_gluon.py [--quick] [--jobs 12] [--budget 230]
+        [--variants NAME ...] [--variant-dtypes float16 bfloat16] [--rounds 3]
 
 1. Checks, one subprocess per kernel variant (so that an illegal memory access or a hang, which
    would take the CUDA context down with it, costs that variant only): compile it (filling
@@ -11,7 +12,10 @@
    2048, N in {2k, 4k, 16k}, causal and not, with ``triton.testing.do_bench`` (median):
    SDPA's cuDNN backend, our Triton forward (``flashtext.kernels.forward.forward``) and every
    Gluon variant whose check ran to the end (a result outside the bound is flagged, not
-   hidden; a crash or hang is not run again): the FA4 switches and ablations at fp16.
+   hidden; a crash or hang is not run again): the FA4 switches and ablations (``--variants``,
+   default all) at fp16 (``--variant-dtypes``). With ``--rounds R`` every provider of a
+   configuration is timed R times, round after round, so that a slow spell of the host falls
+   on all of them alike; ``ms`` is the median of the rounds, ``ms_rounds`` keeps each.
 3. A compact table on stdout; JSON (GPU, versions, date, all rows) to ``$OUT/gluon_probe.json``
    when ``$OUT`` is set, else to ``--json`` if given.
 
@@ -22,10 +26,12 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import datetime
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -44,6 +50,7 @@ VARIANTS = {
     "poly1": {"poly_per_8": 1},
     "poly2": {"poly_per_8": 2},
     "rescale8_poly1": {"rescale_threshold": 8.0, "poly_per_8": 1},
+    "unpacked_p": {"pack_p": False},
 }
 ALT_STAGES = {64: 2, 128: 3, 256: 1}
 
@@ -186,6 +193,7 @@ def time_group(spec: dict) -> list[dict]:
 
     d, dtype = spec["d"], getattr(torch, spec["dtype"])
     rows = []
+    rounds = spec.get("rounds", 1)
     for n in spec["ns"]:
         for causal in spec["causals"]:
             batch, heads = max(1, 16384 // n), 2048 // d
@@ -204,29 +212,31 @@ def time_group(spec: dict) -> list[dict]:
                 providers[variant] = lambda q=q, k=k, v=v, c=causal, s=scale, sw=sw: \
                     gf.gluon_forward(q, k, v, c, s, **sw)
             o_ref = None
-            for name, fn in providers.items():
-                row = {"dtype": spec["dtype"], "d": d, "n": n, "causal": causal,
-                       "batch": batch, "heads": heads, "provider": name}
-                try:
-                    if name == "cudnn":
-                        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                            out = fn()
-                            torch.cuda.synchronize()
-                            ms = triton.testing.do_bench(fn, warmup=10, rep=60,
-                                                         return_mode="median")
-                    else:
-                        out = fn()
-                        torch.cuda.synchronize()
-                        ms = triton.testing.do_bench(fn, warmup=10, rep=60,
-                                                     return_mode="median")
-                    o = out[0] if isinstance(out, tuple) else out
-                    if o_ref is None:
-                        o_ref = o.float()
-                    row["max_diff_vs_first"] = float((o.float() - o_ref).abs().max())
-                    row["ms"] = ms
-                    row["tflops"] = flops / ms * 1e-9
-                except Exception as exc:  # noqa: BLE001 - one provider must not hide the rest
-                    row["error"] = first_lines(exc)
+            config_rows = {}
+            for round_ in range(rounds):
+                for name, fn in providers.items():
+                    row = config_rows.setdefault(name, {
+                        "dtype": spec["dtype"], "d": d, "n": n, "causal": causal,
+                        "batch": batch, "heads": heads, "provider": name, "ms_rounds": []})
+                    if "error" in row:
+                        continue
+                    try:
+                        with (sdpa_kernel(SDPBackend.CUDNN_ATTENTION) if name == "cudnn"
+                              else contextlib.nullcontext()):
+                            if round_ == 0:
+                                out = fn()
+                                torch.cuda.synchronize()
+                                o = (out[0] if isinstance(out, tuple) else out).float()
+                                o_ref = o if o_ref is None else o_ref
+                                row["max_diff_vs_first"] = float((o - o_ref).abs().max())
+                            row["ms_rounds"].append(triton.testing.do_bench(
+                                fn, warmup=10, rep=60, return_mode="median"))
+                    except Exception as exc:  # noqa: BLE001 - one provider must not hide the rest
+                        row["error"] = first_lines(exc)
+            for row in config_rows.values():
+                if row["ms_rounds"] and "error" not in row:
+                    row["ms"] = statistics.median(row["ms_rounds"])
+                    row["tflops"] = flops / row["ms"] * 1e-9
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
@@ -271,10 +281,19 @@ def main() -> None:
                         help="time N = 4k only, FA4/ablation variants non-causal only")
     parser.add_argument("--jobs", type=int, default=12, help="check subprocesses at once")
     parser.add_argument("--budget", type=float, default=230.0, help="seconds for the whole run")
+    parser.add_argument("--variants", nargs="+", choices=[v for v in VARIANTS if v != "gluon"],
+                        default=None, help="the variants besides gluon to check and time "
+                        "(default: all)")
+    parser.add_argument("--variant-dtypes", nargs="+", choices=("float16", "bfloat16"),
+                        default=["float16"], help="dtypes the variants are checked and timed at")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time each configuration's providers this many times, in turn")
     parser.add_argument("--json", type=Path, default=None, help="where to write the JSON "
                         "(default: $OUT/gluon_probe.json when $OUT is set)")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.child:
         child_main(*args.child)
         return
@@ -288,12 +307,12 @@ def main() -> None:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     print(f"gluon probe on {gpu}: torch {torch.__version__}, triton {triton.__version__}",
           flush=True)
-    extra = [v for v in VARIANTS if v != "gluon"]
+    extra = args.variants or [v for v in VARIANTS if v != "gluon"]
     extra_causals = (False,) if args.quick else (False, True)
     specs = [dict(variant="gluon", d=d, dtype=dt, causal=c) for dt in ("float16", "bfloat16")
              for d in (64, 128, 256) for c in (False, True)]
-    specs += [dict(variant=v, d=d, dtype="float16", causal=c) for v in extra
-              for d in (64, 128) for c in extra_causals]
+    specs += [dict(variant=v, d=d, dtype=dt, causal=c) for v in extra
+              for dt in args.variant_dtypes for d in (64, 128) for c in extra_causals]
 
     # 1. checks, in parallel (compiles dominate; each in its own process and CUDA context)
     checks = []
@@ -333,7 +352,8 @@ def main() -> None:
         variants = {str(c): [v for v in VARIANTS if (v, d, dt, c) in ran]
                     for c in (False, True)}
         group_ns = (4096,) if d == 256 else ns
-        spec = dict(dtype=dt, d=d, ns=list(group_ns), causals=[False, True], variants=variants)
+        spec = dict(dtype=dt, d=d, ns=list(group_ns), causals=[False, True], variants=variants,
+                    rounds=args.rounds)
         rows, tail = run_child("time", spec, min(left - 5, 100.0))
         timings += rows
         if tail:
@@ -345,7 +365,9 @@ def main() -> None:
     for line in skipped:
         print("not timed:", line)
     record = {"gpu": gpu, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-              "triton": triton.__version__, "args": {"quick": args.quick},
+              "triton": triton.__version__, "args": {"quick": args.quick, "variants": extra,
+                                               "variant_dtypes": args.variant_dtypes,
+                                               "rounds": args.rounds},
               "seconds": round(time.time() - start, 1), "variants": VARIANTS, "checks": checks,
               "timings": timings, "not_timed": skipped,
               # what was measured, so that a later change to the kernel marks the file stale

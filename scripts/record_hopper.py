@@ -338,15 +338,16 @@ def dispatched_launches(dtype: str, d: int, causal: bool, n: int, device: str, r
     the load path and the choice of forward kernel are an sm_90 GPU's)."""
     import torch
 
-    from flashtext.kernels import api
+    from flashtext.kernels import api, checks
 
     gen = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(2, 4, n, d, generator=gen).to(device, getattr(torch, dtype))
                .requires_grad_() for _ in range(3))
     with contextlib.ExitStack() as stack:
         if not run:
-            stack.enter_context(mock.patch.object(api, "_boot", SimpleNamespace(
-                INTERPRETING=True)))
+            for module in (api, checks):
+                stack.enter_context(mock.patch.object(module, "_boot", SimpleNamespace(
+                    INTERPRETING=True)))
         seen = stack.enter_context(captured_launches(run))
         out = api.flash_attention(q, k, v, causal=causal, forward_kernel=forward_kernel,
                                   backward_kernel=backward_kernel)

@@ -283,6 +283,28 @@ def test_rounds_retime_every_provider_in_rotated_orders_and_pool_the_calls(monke
         core.Settings(**{**TINY, "rounds": 0})
 
 
+def test_rounds_max_n_times_only_the_short_configurations_again(monkeypatch):
+    calls = []
+
+    def counting(fn, *, warmup_ms, rep_ms, grad_to_none=None, gpu):
+        calls.append(1)
+        return core.Timing(1.0, 1.0, 1.0, 0, "fake")
+
+    monkeypatch.setattr(sweep, "time_call", counting)
+    s = core.Settings(**{**TINY, "providers": ("ours",), "ns": (32, 64), "rounds": 3,
+                         "rounds_max_n": 32})
+    assert (s.rounds_for(32), s.rounds_for(64)) == (3, 1)
+    rows = sweep.run(s, log=None)["rows"]
+    assert all(len(r["ms_rounds"]) == 3 for r in rows if r["n"] == 32)
+    assert all("ms_rounds" not in r for r in rows if r["n"] == 64)
+    assert len(calls) == 2 * 3 + 2  # two modes: three passes at N = 32, one at 64
+    for bad in (0, True, 2.5):
+        with pytest.raises(ValueError, match="rounds_max_n"):
+            core.Settings(**{**TINY, "rounds_max_n": bad})
+    args = cli.parser().parse_args(["--rounds", "3", "--rounds-max-n", "2k"])
+    assert cli.settings_from_args(args, quick=False).rounds_max_n == 2048
+
+
 def test_skips_and_time_budget(monkeypatch):
     s = core.Settings(**{**TINY, "providers": ("math",), "ns": (32, 64), "math_max_n": 32})
     rows = sweep.run(s, log=None)["rows"]
@@ -557,6 +579,11 @@ def test_cli_resume_args_name_what_was_cut_off():
     assert args.endswith("--merge --out bench_h200")
     assert cli.settings_from_args(cli.parser().parse_args(args.split()), quick=False).ns == \
         (8192, 16384)
+    assert "--rounds" not in args
+    rounds = core.Settings(rounds=3, rounds_max_n=2048)
+    again = cli.settings_from_args(
+        cli.parser().parse_args(cli.resume_args(cut, rounds, None).split()), quick=False)
+    assert (again.rounds, again.rounds_max_n) == (3, 2048)  # timed as the first part was
 
 
 def test_cli_borrowed_peers_give_ratios_without_remeasuring():

@@ -135,10 +135,14 @@ _COMPILE = textwrap.dedent("""
     from flashtext.kernels.gluon_forward import compile_sm90
     c = compile_sm90(128, torch.float16, causal=True, window=(256, -1))
     ptx = c.asm["ptx"]
-    print(json.dumps({k: ptx.count(k) for k in (
+    counts = {k: ptx.count(k) for k in (
         "wgmma.mma_async", "setmaxnreg.inc.sync.aligned.u32 \\t240",
         "setmaxnreg.dec.sync.aligned.u32 \\t24", "cp.async.bulk.tensor.4d",
-        "mbarrier.try_wait", "ex2.approx", "ld.local", "st.local")}))
+        "mbarrier.try_wait", "ex2.approx", "ld.local", "st.local", "cvt.rn.f16.f32 ",
+        "cvt.rn.f16x2.f32 ")}
+    bf16 = compile_sm90(64, torch.bfloat16).asm["ptx"]
+    counts.update({k: bf16.count(k) for k in ("cvt.rn.bf16.f32 ", "cvt.rn.bf16x2.f32 ")})
+    print(json.dumps(counts))
 """)
 
 
@@ -158,6 +162,11 @@ def test_compiles_for_sm90_without_a_gpu():
     assert counts["cp.async.bulk.tensor.4d"] >= 3  # Q, K, V tile copies (+ the O store)
     assert counts["mbarrier.try_wait"] > 0 and counts["ex2.approx"] > 0
     assert counts["ld.local"] == counts["st.local"] == 0  # no register spills
+    # P is rounded two scores per instruction, never one by one: O's final store already used
+    # the paired form, so it is the scalar form's absence that shows P's conversion
+    for kind in ("f16", "bf16"):
+        assert counts[f"cvt.rn.{kind}.f32 "] == 0, counts
+        assert counts[f"cvt.rn.{kind}x2.f32 "] > 0, counts
 
 
 # ---------------------------------------------------------------- GPU: against float64
@@ -344,7 +353,8 @@ def test_scale_sign_and_size(sm_scale):
 @pytest.mark.parametrize("switches", [dict(pingpong=False), dict(rescale_threshold=8.0),
                                       dict(poly_per_8=2), dict(poly_per_8=8, poly_degree=4),
                                       dict(rescale_threshold=8.0, poly_per_8=1),
-                                      dict(stages=3), dict(persistent=True)], ids=str)
+                                      dict(stages=3), dict(persistent=True),
+                                      dict(pack_p=False)], ids=str)
 @pytest.mark.parametrize("d", [64, 128])
 def test_variants(switches, d):
     """Every switch stays within the accuracy rule; the software exponential gets an allowance
@@ -441,3 +451,10 @@ def test_probe_table_prints_ratios(capsys):
     _probe().table(rows)
     out = capsys.readouterr().out
     assert "1.10x" in out and "560" in out
+
+
+def test_probe_refuses_zero_rounds():
+    script = Path(__file__).resolve().parents[1] / "scripts" / "probe_gluon.py"
+    out = subprocess.run([sys.executable, str(script), "--rounds", "0"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and "--rounds must be at least 1" in out.stderr

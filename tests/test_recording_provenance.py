@@ -331,3 +331,15 @@ def test_record_hopper_captures_the_gluon_forward_where_sm90_runs_it():
     assert row["kind"] == "forward"
     assert row["config"] == {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 2, "num_warps": 12}
     assert row["descriptor_args"] == ["q_desc", "k_desc", "v_desc", "o_desc"]
+
+
+def test_a_decode_recording_names_only_the_decode_kernels():
+    """The decode rows run flash_decode alone: their stamp must not cover the dense kernels
+    (a change to those would mark them stale for nothing), and must cover what decode runs."""
+    from flashtext.bench import models
+
+    files = {p.name for p in recorded.measured_files(models.DECODE_MEASURED)}
+    assert {"decode.py", "checks.py"} <= files
+    assert not files & {"api.py", "dispatch.py", "gluon_forward.py", "gluon_backward.py"}
+    dense = {p.name for p in recorded.measured_files(models.DENSE_MEASURED)}
+    assert {"gluon_forward.py", "gluon_backward.py", "dispatch.py"} <= dense

@@ -66,6 +66,9 @@ def parser() -> argparse.ArgumentParser:
     how.add_argument("--rounds", type=int, default=None,
                      help="time each configuration's providers this many times, each round in "
                      "a rotated order, and pool the calls (1)")
+    how.add_argument("--rounds-max-n", type=_parse_n, default=None,
+                     help="with --rounds: the extra rounds only for N up to this, e.g. 2k "
+                     "(every N)")
     how.add_argument("--math-max-n", type=_parse_n, default=None,
                      help="largest N for the math backend (4096)")
     how.add_argument("--no-check", action="store_true", help="skip the float64 checks")
@@ -122,6 +125,8 @@ def settings_from_args(args: argparse.Namespace, quick: bool) -> core.Settings:
         given["rep_ms"] = args.rep
     if args.rounds is not None:
         given["rounds"] = args.rounds
+    if args.rounds_max_n is not None:
+        given["rounds_max_n"] = args.rounds_max_n
     if args.math_max_n is not None:
         given["math_max_n"] = args.math_max_n
     if args.no_check:
@@ -192,6 +197,10 @@ def resume_args(skipped: list[dict[str, Any]], settings: core.Settings, name: st
              "--n " + " ".join(str(x) for x in values("n")),
              "--mode " + " ".join(settings.modes),
              "--providers " + " ".join(settings.providers), "--merge"]
+    if settings.rounds > 1:  # the rest is timed as the first part was
+        parts.append(f"--rounds {settings.rounds}")
+        if settings.rounds_max_n is not None:
+            parts.append(f"--rounds-max-n {settings.rounds_max_n}")
     return " ".join(parts + ([f"--out {name}"] if name else []))
 
 

@@ -62,6 +62,10 @@ class Settings:
     # timed passes over a configuration's providers, each pass in another order; a row's
     # times are every call of every pass (1: each provider timed once, one after the other)
     rounds: int = 1
+    # the extra rounds only where N <= this (None: every N): the short configurations are the
+    # ones one pass times badly (the host's jitter is a large share of a call there), and the
+    # long ones take most of a sweep's time
+    rounds_max_n: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtypes", tuple(_dtype_name(x) for x in self.dtypes))
@@ -92,9 +96,18 @@ class Settings:
                              f"{self.flex_compile!r}")
         if not isinstance(self.rounds, int) or isinstance(self.rounds, bool) or self.rounds < 1:
             raise ValueError(f"rounds must be an int >= 1, got {self.rounds!r}")
+        if self.rounds_max_n is not None and (not isinstance(self.rounds_max_n, int)
+                                              or isinstance(self.rounds_max_n, bool)
+                                              or self.rounds_max_n < 1):
+            raise ValueError(f"rounds_max_n must be None or an int >= 1, got "
+                             f"{self.rounds_max_n!r}")
         if self.warmup_ms < 0 or self.rep_ms <= 0:
             raise ValueError(f"warmup_ms must be >= 0 and rep_ms > 0, got {self.warmup_ms}, "
                              f"{self.rep_ms}")
+
+    def rounds_for(self, n: int) -> int:
+        """How many timed passes a configuration of length ``n`` gets."""
+        return self.rounds if self.rounds_max_n is None or n <= self.rounds_max_n else 1
 
     @classmethod
     def quick_preset(cls, **overrides: Any) -> Settings:

@@ -238,19 +238,20 @@ def run_config(cfg: Config, s: Settings, st: _State) -> list[dict[str, Any]]:
             _free(collect=True)
     rows = []
     timers: Timers = {}
+    rounds = s.rounds_for(cfg.n)
     for name in s.providers:
         if st.cuda_lost:
             rows += [_row(cfg, name, m, "skipped", "CUDA context lost after " + st.cuda_lost)
                      for m in s.modes]
             continue
-        got = _measure_provider(name, cfg, inputs, ref, s, st, timers if s.rounds > 1 else None)
+        got = _measure_provider(name, cfg, inputs, ref, s, st, timers if rounds > 1 else None)
         if ref_note:
             for r in got:
                 r["check"] = ref_note
         rows += got
         _free(collect=any(r["status"] in ("oom", "error") for r in got))
-    if s.rounds > 1 and not st.cuda_lost:
-        _more_rounds(rows, timers, cfg, s, st)
+    if rounds > 1 and not st.cuda_lost:
+        _more_rounds(rows, timers, cfg, rounds, s, st)
     del inputs, ref, timers
     _free(collect=True)
     return rows
@@ -263,15 +264,15 @@ def round_order(providers: list[str], round_index: int) -> list[str]:
     return providers[shift:] + providers[:shift]
 
 
-def _more_rounds(rows: list[dict[str, Any]], timers: Timers, cfg: Config, s: Settings,
-                 st: _State) -> None:
-    """Time every measured (provider, mode) again in ``s.rounds - 1`` more passes, each in
+def _more_rounds(rows: list[dict[str, Any]], timers: Timers, cfg: Config, rounds: int,
+                 s: Settings, st: _State) -> None:
+    """Time every measured (provider, mode) again in ``rounds - 1`` more passes, each in
     :func:`round_order`; a row's median and quantiles become those of all its calls, and
     ``ms_rounds`` keeps each pass's median (how far one provider moved between passes)."""
     first = {(r["provider"], r["mode"]): r for r in rows if r["status"] == "ok"}
     timings = {key: [] for key in timers}
     providers = list(dict.fromkeys(name for name, _ in timers))
-    for i in range(1, s.rounds):
+    for i in range(1, rounds):
         for name in round_order(providers, i):
             for (provider, mode), (prepared, fn, grads) in timers.items():
                 if provider != name:

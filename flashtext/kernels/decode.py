@@ -27,7 +27,7 @@ import triton.language as tl
 
 from flashtext import _boot
 from flashtext.fa2 import LN2, LOG2E
-from flashtext.kernels.api import check_device, check_scale
+from flashtext.kernels.checks import check_device, check_scale
 from flashtext.kernels.config import MAX_HEAD_DIM, block_d
 from flashtext.kernels.forward import input_precision
 from flashtext.splitkv import choose_num_splits

@@ -55,6 +55,11 @@ GLUON_MIN_BACKWARD_QUERIES = 2048  # a backward whose keys are each seen by fewe
 Window = tuple[int, int]
 
 
+def is_masked(causal: bool, window: Window = (-1, -1)) -> bool:
+    """Does the call hide some keys from some queries by position (causal or a window)?"""
+    return causal or tuple(window) != (-1, -1)
+
+
 def widest_key_span(n_q: int, n_k: int, causal: bool, window: Window = (-1, -1)) -> int:
     """The most keys any one query sees. Query i sees keys [i + off - left, i + off + right]
     within [0, N_k) (off = N_k - N_q; causal caps right at 0): a count that rises, stays and
@@ -99,8 +104,7 @@ def prefers_fused_dq(head_dim: int, causal: bool, window: Window = (-1, -1)) -> 
 
 def prefers_deferred_dq(head_dim: int, causal: bool, window: Window = (-1, -1)) -> bool:
     """Where dQ is fused: is each tile's dQ share better taken a tile late? With a mask."""
-    return prefers_fused_dq(head_dim, causal, window) and \
-        (causal or tuple(window) != (-1, -1))
+    return prefers_fused_dq(head_dim, causal, window) and is_masked(causal, window)
 
 
 def prefers_gluon(head_dim: int, n_q: int, n_k: int, causal: bool,
@@ -108,8 +112,7 @@ def prefers_gluon(head_dim: int, n_q: int, n_k: int, causal: bool,
     """The rule alone, by shape: is the Gluon forward the faster one on sm_90 here?"""
     if head_dim not in GLUON_HEAD_DIMS:
         return False
-    masked = causal or tuple(window) != (-1, -1)
-    return not (masked and widest_key_span(n_q, n_k, causal, window)
+    return not (is_masked(causal, window) and widest_key_span(n_q, n_k, causal, window)
                 < GLUON_MIN_MASKED_KEYS[head_dim])
 
 
@@ -118,8 +121,7 @@ def prefers_persistent(head_dim: int, n_q: int, n_k: int, causal: bool,
     """Where the Gluon forward runs: is its persistent launch the faster one here?"""
     if head_dim not in PERSISTENT_MAX_MASKED_KEYS:
         return False
-    masked = causal or tuple(window) != (-1, -1)
-    return not masked or widest_key_span(n_q, n_k, causal, window) \
+    return not is_masked(causal, window) or widest_key_span(n_q, n_k, causal, window) \
         <= PERSISTENT_MAX_MASKED_KEYS[head_dim]
 
 

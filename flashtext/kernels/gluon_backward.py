@@ -236,6 +236,18 @@ if HAVE_GLUON:
                         dq_smem.index(WG))
 
     @gluon.jit
+    def _put_ds(ds_t, t, WG: gl.constexpr, ds_smem, ds_ready, ds_free):
+        """This warpgroup's dS of tile t (queries x its 64 keys) into buffer t % 2, once both
+        warpgroups are done reading what it held two tiles ago; says when it is in. Returns
+        the buffer."""
+        buf = t % 2
+        mbarrier.wait(ds_free.index(buf), ((t // 2) & 1) ^ 1)
+        ds_smem.index(buf * 2 + WG).permute((1, 0)).store(ds_t.to(ds_smem.dtype))
+        fence_async_shared()
+        mbarrier.arrive(ds_ready.index(buf), count=1)
+        return buf
+
+    @gluon.jit
     def _dq_share_later(u, WG: gl.constexpr, ds_smem, k_smem, dq_smem, dq_desc, ds_ready,
                         ds_free, sm_scale, lo, n_tiles, off_z, off_hk, GROUP,
                         HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr):
@@ -335,14 +347,9 @@ if HAVE_GLUON:
             ds_op = gl.convert_layout(ds_t.to(dtype), OP_L)
             dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
             if FUSE_DQ and DEFER_DQ:
-                # dS into buffer t % 2 (free once both took tile t - 2's dQ share), then tile
-                # t - 1's share: the other warpgroup wrote its half a tile ago, so neither
-                # waits for the other's current tile
-                buf = t % 2
-                mbarrier.wait(ds_free.index(buf), ((t // 2) & 1) ^ 1)
-                ds_smem.index(buf * 2 + WG).permute((1, 0)).store(ds_t.to(dtype))
-                fence_async_shared()
-                mbarrier.arrive(ds_ready.index(buf), count=1)
+                # dS into buffer t % 2, then tile t - 1's share: the other warpgroup wrote its
+                # half a tile ago, so neither waits for the other's current tile
+                _put_ds(ds_t, t, WG, ds_smem, ds_ready, ds_free)
                 if t > 0:
                     _dq_share_later(t - 1, WG, ds_smem, k_smem, dq_smem, dq_desc, ds_ready,
                                     ds_free, sm_scale, lo, n_tiles, off_z, off_hk, GROUP,
@@ -350,13 +357,8 @@ if HAVE_GLUON:
                 dk, dv, p_op, ds_op = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op])
                 mbarrier.arrive(empty.index(slot), count=1)
             elif FUSE_DQ:
-                # this warpgroup's dS (queries x its 64 keys) into buffer t % 2, once both
-                # warpgroups are done reading what it held two tiles ago
-                buf = t % 2
-                mbarrier.wait(ds_free.index(buf), ((t // 2) & 1) ^ 1)
-                ds_smem.index(buf * 2 + WG).permute((1, 0)).store(ds_t.to(dtype))
-                fence_async_shared()
-                mbarrier.arrive(ds_ready.index(buf), count=1)
+                # dS into buffer t % 2, then this tile's share once the other half is in too
+                buf = _put_ds(ds_t, t, WG, ds_smem, ds_ready, ds_free)
                 mbarrier.wait(ds_ready.index(buf), (t // 2) & 1)
                 dq = _dq_gemms(buf, WG, ds_smem, k_smem, HEAD_DIM, BLOCK_M)
                 dk, dv, p_op, ds_op, dq = warpgroup_mma_wait(0, deps=[dk, dv, p_op, ds_op, dq])

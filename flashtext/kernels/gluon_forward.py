@@ -17,6 +17,9 @@ arXiv 2407.08608) says, in the names of Algorithm 1 and of the FA2/FA3 papers:
 * **Intra-warpgroup pipelining** (FA3 Algorithm 2). Each step issues S_j = Q K_j^T *before* it
   finishes the previous block: [issue S_j, rescale O, issue O += P_{j-1} V_{j-1}], then wait for
   S_j alone and do its softmax while P_{j-1} V_{j-1} is still on the tensor cores.
+* **P in registers, two scores to one.** P~ is rounded to fp16/bf16 by one ``cvt.rn.*x2``
+  per pair of neighbouring scores (``_to_operand``), the pairs the accumulator layout already
+  holds, so each 32-bit register of the GEMM's A operand is written once, in order.
 * **Masks and tile skipping** as in the Triton kernel (``flashtext.kernels.forward``): causal is
   aligned bottom-right (query i sees key j iff j <= i + N_K - N_Q), sliding windows (left, right)
   bound the tiles from both sides, tiles outside every row's range are never loaded, and only
@@ -211,6 +214,23 @@ if HAVE_GLUON:
             mbarrier.arrive(turn.index(1 - WG), count=1)
 
     @gluon.jit
+    def _to_operand(p, dtype: gl.constexpr, PACK_P: gl.constexpr):
+        """P~ rounded to the GEMM's input type. ``p.to(dtype)`` rounds score by score, and ptxas
+        then packs the pairs into 32-bit registers high half first and swaps them back with a
+        byte permute (PRMT) per pair; one cvt.rn.*x2 rounds two neighbouring scores (a thread's
+        accumulator layout holds columns in pairs) straight into one register, in order.
+        (cvt.rn.f16x2.f32 d, a, b puts a in the high half: the pair's first score, $1, goes
+        second.)"""
+        if not PACK_P:
+            return p.to(dtype)
+        elif dtype == gl.float16:
+            return gl.inline_asm_elementwise("cvt.rn.f16x2.f32 $0, $2, $1;", "=r,f,f", [p],
+                                             dtype=gl.float16, is_pure=True, pack=2)
+        else:
+            return gl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,f,f", [p],
+                                             dtype=gl.bfloat16, is_pure=True, pack=2)
+
+    @gluon.jit
     def _softmax(qk, m_i, l_i, offs_m, offs_n, start_n, need_mask, N_K, lo_off, hi_off,
                  qk_scale, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
                  NEG_SCALE: gl.constexpr, RESCALE_THRESHOLD: gl.constexpr,
@@ -271,7 +291,7 @@ if HAVE_GLUON:
                   HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, NEG_SCALE: gl.constexpr,
                   LPT: gl.constexpr, PERSISTENT: gl.constexpr, PINGPONG: gl.constexpr,
                   RESCALE_THRESHOLD: gl.constexpr, POLY_PER_8: gl.constexpr,
-                  POLY_DEGREE: gl.constexpr):
+                  POLY_DEGREE: gl.constexpr, PACK_P: gl.constexpr):
         """One consumer warpgroup: 64 query rows per work tile, the loop of FA3 Algorithm 2."""
         q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn = bars
         # wgmma accumulators: S is 64 x BLOCK_N, O is 64 x HEAD_DIM, spread over 4 warps; P is
@@ -329,7 +349,7 @@ if HAVE_GLUON:
                 qk, m_i, l_i, offs_m, offs_n, start_n, need_mask, N_K, lo_off, hi_off,
                 qk_scale, HAS_LEFT, HAS_RIGHT, NEG_SCALE, RESCALE_THRESHOLD, POLY_PER_8,
                 POLY_DEGREE)
-            p_op = gl.convert_layout(p.to(dtype), P_L)
+            p_op = gl.convert_layout(_to_operand(p, dtype, PACK_P), P_L)
             acc = gl.zeros([64, HEAD_DIM], gl.float32, O_L)
 
             for j in range(lo + 1, hi):
@@ -362,7 +382,7 @@ if HAVE_GLUON:
                     POLY_DEGREE)
                 acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
                 mbarrier.arrive(v_empty.index(prev), count=1)
-                p_op = gl.convert_layout(p.to(dtype), P_L)
+                p_op = gl.convert_layout(_to_operand(p, dtype, PACK_P), P_L)
             if PERSISTENT:  # every S of this tile is done: Q's slot may take the next tile's Q
                 mbarrier.arrive(q_empty.index(WG), count=1)
 
@@ -408,7 +428,7 @@ if HAVE_GLUON:
                      HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, NEG_SCALE: gl.constexpr,
                      LPT: gl.constexpr, PERSISTENT: gl.constexpr, PINGPONG: gl.constexpr,
                      RESCALE_THRESHOLD: gl.constexpr, POLY_PER_8: gl.constexpr,
-                     POLY_DEGREE: gl.constexpr):
+                     POLY_DEGREE: gl.constexpr, PACK_P: gl.constexpr):
         # work tiles are (batch * head, query block of 128 rows); a program takes tiles
         # program_id, program_id + programs, ... (one each unless PERSISTENT)
         # shared memory: Q (two 64-row halves), O's staging (Q's slots unless persistent),
@@ -450,11 +470,11 @@ if HAVE_GLUON:
             (_consumer, (0, o_desc, q_smem, o_smem, k_smem, v_smem, bars, LSE, n_m_blocks,
                          n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, qk_scale, HEAD_DIM, BLOCK_N,
                          STAGES, HAS_LEFT, HAS_RIGHT, NEG_SCALE, LPT, PERSISTENT, PINGPONG,
-                         RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE)),
+                         RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE, PACK_P)),
             (_consumer, (1, o_desc, q_smem, o_smem, k_smem, v_smem, bars, LSE, n_m_blocks,
                          n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, qk_scale, HEAD_DIM, BLOCK_N,
                          STAGES, HAS_LEFT, HAS_RIGHT, NEG_SCALE, LPT, PERSISTENT, PINGPONG,
-                         RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE)),
+                         RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE, PACK_P)),
         ], [4, 4], [240, 240])
 
 
@@ -536,14 +556,16 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: float = 1.0, *,
                      pingpong: bool = True, persistent: bool = False,
                      rescale_threshold: float = 0.0, poly_per_8: int = 0, poly_degree: int = 3,
-                     block_n: int | None = None, stages: int | None = None) -> dict:
+                     pack_p: bool = True, block_n: int | None = None,
+                     stages: int | None = None) -> dict:
     """The compile-time constants of one kernel variant.
 
     ``pingpong``: turn-taking of the two consumer warpgroups. ``persistent``: one program per
     SM looping over the work tiles (the next tile's loads overlap this one's end; O gets its
     own staging buffer, so not at d = 256). ``rescale_threshold`` (FA4): powers of two, 0 =
     rescale at every new max. ``poly_per_8`` (FA4): exponentials of every 8 computed by a
-    degree-``poly_degree`` polynomial on the FMA units. ``block_n`` / ``stages`` override
+    degree-``poly_degree`` polynomial on the FMA units. ``pack_p``: round P two scores per
+    instruction (cvt.rn.*x2) instead of one (``p.to``). ``block_n`` / ``stages`` override
     :func:`tile_config`."""
     if not (isinstance(poly_per_8, int) and 0 <= poly_per_8 <= 8):
         raise ValueError(f"poly_per_8 must be an integer from 0 to 8, got {poly_per_8!r}")
@@ -563,7 +585,7 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
                 HAS_RIGHT=causal or right >= 0, NEG_SCALE=sm_scale < 0, LPT=causal,
                 PERSISTENT=bool(persistent), PINGPONG=bool(pingpong),
                 RESCALE_THRESHOLD=float(rescale_threshold), POLY_PER_8=poly_per_8,
-                POLY_DEGREE=poly_degree)
+                POLY_DEGREE=poly_degree, PACK_P=bool(pack_p))
 
 
 def tile_plan(start_m: int, n_q: int, n_k: int, block_n: int, causal: bool,

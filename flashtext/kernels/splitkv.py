@@ -14,7 +14,7 @@ import numbers
 
 import torch
 
-from flashtext.kernels.api import check_scale
+from flashtext.kernels.checks import check_scale
 from flashtext.kernels.decode import decode_partials, flash_decode
 
 __all__ = ["splitkv_attention", "splitkv_partials"]

@@ -121,7 +121,9 @@ def test_the_exercise_is_the_kernels_exchange():
     if not gb.HAVE_GLUON:
         pytest.skip("this Triton has no Gluon: no kernel source to compare with")
     src = inspect.getsource(gb._dkdv_consumer.fn)
-    assert "mbarrier.wait(ds_free.index(buf), ((t // 2) & 1) ^ 1)" in src
+    assert "mbarrier.wait(ds_free.index(buf), ((t // 2) & 1) ^ 1)" in inspect.getsource(
+        gb._put_ds.fn)
+    assert "buf = _put_ds(ds_t, t, WG, ds_smem, ds_ready, ds_free)" in src
     assert "mbarrier.wait(ds_ready.index(buf), (t // 2) & 1)" in src
     assert "mbarrier.wait(ds_free.index((total - 1) % 2), ((total - 1) // 2) & 1)" in src
     assert [ch13.ds_waits(t, 2) for t in range(4)] == [(0, 1, 0), (1, 1, 0), (0, 0, 1),
