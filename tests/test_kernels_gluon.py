@@ -131,7 +131,8 @@ def test_tile_plan_is_the_kernels_arithmetic():
 
 
 _COMPILE = textwrap.dedent("""
-    import json, torch
+    import json, re, torch
+    from flashtext.bench.static_compile import sass_of
     from flashtext.kernels.gluon_forward import compile_sm90
     c = compile_sm90(128, torch.float16, causal=True, window=(256, -1))
     ptx = c.asm["ptx"]
@@ -142,6 +143,7 @@ _COMPILE = textwrap.dedent("""
         "cvt.rn.f16x2.f32 ")}
     bf16 = compile_sm90(64, torch.bfloat16).asm["ptx"]
     counts.update({k: bf16.count(k) for k in ("cvt.rn.bf16.f32 ", "cvt.rn.bf16x2.f32 ")})
+    counts["sass_spills"] = len(re.findall(r"\\b(LDL|STL)\\b", sass_of(c.asm["cubin"])))
     print(json.dumps(counts))
 """)
 
@@ -161,7 +163,8 @@ def test_compiles_for_sm90_without_a_gpu():
     assert counts["setmaxnreg.dec.sync.aligned.u32 \t24"] == 1  # the producer gives up to 24
     assert counts["cp.async.bulk.tensor.4d"] >= 3  # Q, K, V tile copies (+ the O store)
     assert counts["mbarrier.try_wait"] > 0 and counts["ex2.approx"] > 0
-    assert counts["ld.local"] == counts["st.local"] == 0  # no register spills
+    assert counts["ld.local"] == counts["st.local"] == 0  # no local arrays in the PTX
+    assert counts["sass_spills"] == 0  # and ptxas spilled no register (LDL / STL in SASS)
     # P is rounded two scores per instruction, never one by one: O's final store already used
     # the paired form, so it is the scalar form's absence that shows P's conversion
     for kind in ("f16", "bf16"):
