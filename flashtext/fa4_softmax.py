@@ -9,7 +9,8 @@ has the arithmetic: at d = 64 the exponentials take as long as both matmuls). Fl
   float's exponent bits (an integer shift and add), the fraction through a short polynomial on
   the FMA units. Doing a fraction of a tile's exponentials this way lets both units work at
   once. :func:`exp2_poly_coefficients` fits the polynomial; :func:`exp2_emulated` is the exact
-  sequence of float32 operations the kernel runs, so its error can be measured here.
+  sequence of float32 operations the kernel runs, so its error can be measured here, and
+  :func:`exp2_asm` writes that sequence as the PTX the kernel inlines.
 * **Conditional rescaling.** The online softmax multiplies O and l by ``alpha = 2**(m_old -
   m_new)`` whenever a row's running max grows. If it grows by at most ``threshold`` (log2
   units) one may keep the old, stale max instead: the exponentials are then at most
@@ -22,11 +23,13 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 
 import numpy as np
 
 __all__ = [
     "ROUND_MAGIC",
+    "exp2_asm",
     "exp2_emulated",
     "exp2_poly_coefficients",
     "exp2_relative_error",
@@ -142,3 +145,34 @@ def online_softmax_conditional(s, v, block: int, threshold: float = 0.0):
     with np.errstate(divide="ignore"):
         lse2 = np.where(seen, m + np.log2(np.where(seen, l_sum, 1.0)), -np.inf)
     return o, lse2, rescales
+
+
+def _f32_hex(x: float) -> str:
+    """A float as a PTX float32 literal (0fXXXXXXXX), exact."""
+    return f"0f{struct.unpack('<I', struct.pack('<f', x))[0]:08X}"
+
+
+def exp2_asm(poly_per_8: int, degree: int) -> str:
+    """PTX for 8 exponentials 2**x (x <= 127), as the Gluon forward inlines it: the first
+    ``poly_per_8`` by the FMA-unit sequence of :func:`exp2_emulated`, the rest on the MUFU
+    (ex2.approx.ftz)."""
+    coeffs = exp2_poly_coefficients(degree)
+    magic, lo = _f32_hex(ROUND_MAGIC), _f32_hex(EXP2_MIN)
+    blocks = []
+    for i in range(8):
+        out, inp = f"${i}", f"${8 + i}"
+        if i >= poly_per_8:
+            blocks.append(f"ex2.approx.ftz.f32 {out}, {inp};")
+            continue
+        horner = [f"mov.f32 p, {_f32_hex(coeffs[-1])};"]
+        horner += [f"fma.rn.ftz.f32 p, p, f, {_f32_hex(c)};" for c in coeffs[-2::-1]]
+        blocks.append("{ .reg .f32 x, r, b, f, p; .reg .b32 ri, pi;\n"
+                      f"max.ftz.f32 x, {inp}, {lo};\n"
+                      f"add.rm.ftz.f32 r, x, {magic};\n"    # floor(x) in r's low bits
+                      f"sub.rn.ftz.f32 b, r, {magic};\n"    # floor(x) as a float
+                      "sub.rn.ftz.f32 f, x, b;\n"           # fraction in [0, 1)
+                      + "\n".join(horner) + "\n"
+                      "mov.b32 ri, r; mov.b32 pi, p;\n"
+                      "shl.b32 ri, ri, 23;\n"               # floor(x) into the exponent field
+                      f"add.s32 {out}, ri, pi; }}")
+    return "\n".join(blocks)

@@ -51,8 +51,13 @@ VARIANTS = {
     "poly2": {"poly_per_8": 2},
     "rescale8_poly1": {"rescale_threshold": 8.0, "poly_per_8": 1},
     "unpacked_p": {"pack_p": False},
+    "three_wg": {"consumers": 3},  # FA3's d = 64 split: 192 query rows on three warpgroups
+    "three_wg_n64": {"consumers": 3, "block_n": 64, "stages": 4},  # no spill under a mask
 }
 ALT_STAGES = {64: 2, 128: 3, 256: 1}
+# head dims a variant is checked and timed at (default: 64 and 128); three consumers of 160
+# registers spill at d = 128 (O alone is 64 of them)
+VARIANT_DIMS = {"three_wg": (64,), "three_wg_n64": (64,)}
 
 
 def switches_for(variant: str, d: int) -> dict:
@@ -312,7 +317,8 @@ def main() -> None:
     specs = [dict(variant="gluon", d=d, dtype=dt, causal=c) for dt in ("float16", "bfloat16")
              for d in (64, 128, 256) for c in (False, True)]
     specs += [dict(variant=v, d=d, dtype=dt, causal=c) for v in extra
-              for dt in args.variant_dtypes for d in (64, 128) for c in extra_causals]
+              for dt in args.variant_dtypes for d in VARIANT_DIMS.get(v, (64, 128))
+              for c in extra_causals]
 
     # 1. checks, in parallel (compiles dominate; each in its own process and CUDA context)
     checks = []

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from flashtext import fa4_softmax as fa4
 from flashtext import reference
 from flashtext.fa4_softmax import exp2_poly_coefficients, exp2_relative_error
 from flashtext.kernels import gluon_forward as gf
@@ -46,8 +47,8 @@ def test_exp2_asm_splits_mufu_and_fma(poly):
         assert asm.count("fma.rn.ftz.f32") == 3 * poly  # Horner, degree 3
         # the literals are the fitted coefficients, bit for bit
         for c in exp2_poly_coefficients(3)[1:]:
-            assert gf._f32_hex(c) in asm
-    assert gf._f32_hex(1.0) == "0f3F800000" and gf._f32_hex(-127.0) == "0fC2FE0000"
+            assert fa4._f32_hex(c) in asm
+    assert fa4._f32_hex(1.0) == "0f3F800000" and fa4._f32_hex(-127.0) == "0fC2FE0000"
 
 
 def test_tile_config_fits_shared_memory():
@@ -55,6 +56,8 @@ def test_tile_config_fits_shared_memory():
         block_n, stages = gf.tile_config(d)
         smem = 2 * (gf.BLOCK_M * d + stages * 2 * block_n * d)  # Q + the K/V ring, 2-byte
         assert smem <= 227 * 1024
+        if d < 256:  # three consumers, persistent: Q and O's staging of 192 rows, the ring
+            assert 2 * (2 * 3 * gf.WG_M * d + stages * 2 * block_n * d) <= 227 * 1024, d
     with pytest.raises(ValueError, match="head_dim"):
         gf.tile_config(96)
 
@@ -73,6 +76,13 @@ def test_kernel_constants_validate():
         gf.kernel_constants(64, False, poly_per_8=1, poly_degree=0)
     with pytest.raises(ValueError, match="persistent"):
         gf.kernel_constants(256, False, persistent=True)
+    assert gf.kernel_constants(64, False)["NUM_WG"] == 2
+    assert gf.kernel_constants(64, False, consumers=3)["NUM_WG"] == 3
+    for bad in (1, 4, True, 2.5):
+        with pytest.raises(ValueError, match="consumers must be 2 or 3"):
+            gf.kernel_constants(64, False, consumers=bad)
+    with pytest.raises(ValueError, match="consumers=3 does not fit d = 256"):
+        gf.kernel_constants(256, False, consumers=3)
 
 
 def test_not_supported_off_sm90():
@@ -82,9 +92,11 @@ def test_not_supported_off_sm90():
         gf.gluon_forward(q, q, q, False, 0.125)
 
 
+@pytest.mark.parametrize("consumers", [2, 3])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("window", [(-1, -1), (0, 0), (37, 0), (100, 30), (-1, 50), (200, -1)])
-def test_tile_plan_covers_every_visible_key_and_masks_every_partial_tile(causal, window):
+def test_tile_plan_covers_every_visible_key_and_masks_every_partial_tile(causal, window,
+                                                                         consumers):
     """For each program and warpgroup: every key a real row sees lies in a loaded tile, and a
     tile is left unmasked only if each of the warpgroup's rows sees each of its keys."""
     # every diagonal offset N_k - N_q modulo both tile widths, plus short and lopsided shapes
@@ -93,10 +105,12 @@ def test_tile_plan_covers_every_visible_key_and_masks_every_partial_tile(causal,
     for n_q, n_k in shapes:
         for block_n in (64, 128):
             keep = _visible(n_q, n_k, causal, window)
-            for start_m in range(0, n_q, gf.BLOCK_M):
-                lo, hi, masks = gf.tile_plan(start_m, n_q, n_k, block_n, causal, window)
-                assert 0 <= lo < hi <= max(1, -(-n_k // block_n))
-                rows = keep[start_m:start_m + gf.BLOCK_M]
+            block_m = consumers * gf.WG_M
+            for start_m in range(0, n_q, block_m):
+                lo, hi, masks = gf.tile_plan(start_m, n_q, n_k, block_n, causal, window,
+                                             consumers)
+                assert 0 <= lo < hi <= max(1, -(-n_k // block_n)) and len(masks) == consumers
+                rows = keep[start_m:start_m + block_m]
                 cols = np.nonzero(rows.any(axis=0))[0]
                 if cols.size:
                     assert lo * block_n <= cols.min() and cols.max() < hi * block_n
@@ -118,7 +132,8 @@ def test_tile_plan_is_the_kernels_arithmetic():
 
     src = inspect.getsource(gf._tile_coords.fn) + inspect.getsource(gf._consumer.fn)
     for expr in ("lo_off = causal_offset - LEFT", "hi_off = causal_offset + RIGHT",
-                 "last_row = gl.minimum(start_m + 128, N_Q) - 1",
+                 "start_m = m_block * (64 * NUM_WG)",
+                 "last_row = gl.minimum(start_m + 64 * NUM_WG, N_Q) - 1",
                  "hi_key = gl.maximum(gl.minimum(N_K, last_row + hi_off + 1), 0)",
                  "lo_key = gl.minimum(gl.maximum(start_m + lo_off, 0), N_K)",
                  "lo = gl.minimum(lo_key // BLOCK_N, (N_K - 1) // BLOCK_N)",
@@ -144,6 +159,10 @@ _COMPILE = textwrap.dedent("""
     bf16 = compile_sm90(64, torch.bfloat16).asm["ptx"]
     counts.update({k: bf16.count(k) for k in ("cvt.rn.bf16.f32 ", "cvt.rn.bf16x2.f32 ")})
     counts["sass_spills"] = len(re.findall(r"\\b(LDL|STL)\\b", sass_of(c.asm["cubin"])))
+    three = compile_sm90(64, torch.float16, consumers=3).asm["ptx"]
+    counts["three"] = {k: three.count(k) for k in (
+        "wgmma.mma_async", "setmaxnreg.inc.sync.aligned.u32 \\t160",
+        "setmaxnreg.dec.sync.aligned.u32 \\t32", "mbarrier.init.shared::cta.b64")}
     print(json.dumps(counts))
 """)
 
@@ -170,6 +189,14 @@ def test_compiles_for_sm90_without_a_gpu():
     for kind in ("f16", "bf16"):
         assert counts[f"cvt.rn.{kind}.f32 "] == 0, counts
         assert counts[f"cvt.rn.{kind}x2.f32 "] > 0, counts
+    # three consumers at d = 64 (192 query rows): 160 registers each, the producer at 32; per
+    # consumer S (4 k-steps of 16) and P V (8) in the loop, S before it, P V after: 24 each
+    three = counts["three"]
+    assert three["setmaxnreg.inc.sync.aligned.u32 \t160"] == 3, three
+    assert three["setmaxnreg.dec.sync.aligned.u32 \t32"] == 1, three
+    assert three["wgmma.mma_async"] == 3 * 24, three
+    # Q ready / Q empty / turn per consumer, K and V ready / empty per slot of d = 64's 3
+    assert three["mbarrier.init.shared::cta.b64"] == 3 * 3 + 4 * 3, three
 
 
 # ---------------------------------------------------------------- GPU: against float64
@@ -357,7 +384,9 @@ def test_scale_sign_and_size(sm_scale):
                                       dict(poly_per_8=2), dict(poly_per_8=8, poly_degree=4),
                                       dict(rescale_threshold=8.0, poly_per_8=1),
                                       dict(stages=3), dict(persistent=True),
-                                      dict(pack_p=False)], ids=str)
+                                      dict(pack_p=False), dict(consumers=3),
+                                      dict(consumers=3, persistent=True),
+                                      dict(consumers=3, block_n=64, stages=4)], ids=str)
 @pytest.mark.parametrize("d", [64, 128])
 def test_variants(switches, d):
     """Every switch stays within the accuracy rule; the software exponential gets an allowance
@@ -441,10 +470,12 @@ def _probe():
 def test_probe_variants_are_valid_kernels():
     probe = _probe()
     for name in probe.VARIANTS:
-        for d in (64, 128):
+        for d in probe.VARIANT_DIMS.get(name, (64, 128)):
             constants = gf.kernel_constants(d, True, **probe.switches_for(name, d))
             block_n, stages = constants["BLOCK_N"], constants["STAGES"]
-            assert 2 * (gf.BLOCK_M * d + stages * 2 * block_n * d) <= 227 * 1024, (name, d)
+            rows = constants["NUM_WG"] * gf.WG_M
+            assert 2 * (rows * d + stages * 2 * block_n * d) <= 227 * 1024, (name, d)
+    assert probe.VARIANT_DIMS.keys() <= probe.VARIANTS.keys()
     assert probe.switches_for("stages_alt", 128)["stages"] != gf.tile_config(128)[1]
 
 

@@ -32,6 +32,8 @@ arXiv 2407.08608) says, in the names of Algorithm 1 and of the FA2/FA3 papers:
   block); with ``persistent`` one program per SM takes every programs-th tile, and the ring, the
   turn barriers and Q's ``empty`` barrier run on from tile to tile, so the next tile's loads
   overlap this one's last GEMM and its output copy.
+* **Three consumers** (a switch, ``consumers=3``): 192 query rows a program on three warpgroups
+  of 160 registers, the turn going round 0 -> 1 -> 2, FlashAttention-3's tile at d = 64.
 * FlashAttention-4's two softmax ideas (``flashtext.fa4_softmax``), as switches:
   ``RESCALE_THRESHOLD`` > 0 rescales O only when some row's max grows by more than that many
   powers of two; ``POLY_PER_8`` of every 8 exponentials run as a polynomial on the FMA units.
@@ -44,12 +46,11 @@ from __future__ import annotations
 
 import functools
 import math
-import struct
 
 import torch
 
 from flashtext.fa2 import LN2, LOG2E
-from flashtext.fa4_softmax import EXP2_MIN, ROUND_MAGIC, exp2_poly_coefficients
+from flashtext.fa4_softmax import exp2_asm, exp2_poly_coefficients
 
 try:  # Gluon ships with Triton >= 3.5; the CPU machine may lack it or run the interpreter
     from triton.experimental import gluon
@@ -66,7 +67,7 @@ try:  # Gluon ships with Triton >= 3.5; the CPU machine may lack it or run the i
 except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GLUON = False
 
-BLOCK_M = 128  # query rows per program: two consumer warpgroups of 64 (wgmma's M)
+BLOCK_M = 128  # query rows per program: two consumer warpgroups of 64 (wgmma's M) by default
 WG_M = 64
 HEAD_DIMS = (64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -85,36 +86,6 @@ def tile_config(head_dim: int) -> tuple[int, int]:
     raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
 
 
-def _f32_hex(x: float) -> str:
-    """A float as a PTX float32 literal (0fXXXXXXXX), exact."""
-    return f"0f{struct.unpack('<I', struct.pack('<f', x))[0]:08X}"
-
-
-def exp2_asm(poly_per_8: int, degree: int) -> str:
-    """PTX for 8 exponentials 2**x (x <= 127): the first ``poly_per_8`` by the FMA-unit sequence of
-    :func:`flashtext.fa4_softmax.exp2_emulated`, the rest on the MUFU (ex2.approx.ftz)."""
-    coeffs = exp2_poly_coefficients(degree)
-    magic, lo = _f32_hex(ROUND_MAGIC), _f32_hex(EXP2_MIN)
-    blocks = []
-    for i in range(8):
-        out, inp = f"${i}", f"${8 + i}"
-        if i >= poly_per_8:
-            blocks.append(f"ex2.approx.ftz.f32 {out}, {inp};")
-            continue
-        horner = [f"mov.f32 p, {_f32_hex(coeffs[-1])};"]
-        horner += [f"fma.rn.ftz.f32 p, p, f, {_f32_hex(c)};" for c in coeffs[-2::-1]]
-        blocks.append("{ .reg .f32 x, r, b, f, p; .reg .b32 ri, pi;\n"
-                      f"max.ftz.f32 x, {inp}, {lo};\n"
-                      f"add.rm.ftz.f32 r, x, {magic};\n"    # floor(x) in r's low bits
-                      f"sub.rn.ftz.f32 b, r, {magic};\n"    # floor(x) as a float
-                      "sub.rn.ftz.f32 f, x, b;\n"           # fraction in [0, 1)
-                      + "\n".join(horner) + "\n"
-                      "mov.b32 ri, r; mov.b32 pi, p;\n"
-                      "shl.b32 ri, ri, 23;\n"               # floor(x) into the exponent field
-                      f"add.s32 {out}, ri, pi; }}")
-    return "\n".join(blocks)
-
-
 if HAVE_GLUON:
     _LOG2E = gl.constexpr(LOG2E)
     _LN2 = gl.constexpr(LN2)
@@ -128,14 +99,14 @@ if HAVE_GLUON:
     @gluon.jit
     def _tile_coords(tile_id, n_m_blocks, H, GROUP, N_Q, N_K, LEFT, RIGHT,
                      BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-                     LPT: gl.constexpr):
+                     LPT: gl.constexpr, NUM_WG: gl.constexpr):
         """Work tile -> where it is and which key tiles it needs. Tiles run head by head, the
         query blocks of a head in order (longest first when causal: LPT)."""
         off_zh = tile_id // n_m_blocks
         m_block = tile_id % n_m_blocks
         if LPT:  # causal work grows with the row: start the longest blocks first
             m_block = n_m_blocks - 1 - m_block
-        start_m = m_block * 128
+        start_m = m_block * (64 * NUM_WG)
         off_z = off_zh // H
         off_h = off_zh % H
         off_hk = off_h // GROUP  # GQA: GROUP query heads share one K/V head
@@ -145,7 +116,7 @@ if HAVE_GLUON:
         causal_offset = N_K - N_Q
         lo_off = causal_offset - LEFT
         hi_off = causal_offset + RIGHT
-        last_row = gl.minimum(start_m + 128, N_Q) - 1
+        last_row = gl.minimum(start_m + 64 * NUM_WG, N_Q) - 1
         hi_key = N_K
         if HAS_RIGHT:
             hi_key = gl.maximum(gl.minimum(N_K, last_row + hi_off + 1), 0)
@@ -160,8 +131,8 @@ if HAVE_GLUON:
     def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, n_m_blocks, n_tiles,
                   H, GROUP, N_Q, N_K, LEFT, RIGHT, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                   HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, LPT: gl.constexpr,
-                  PERSISTENT: gl.constexpr):
-        """The copy-engine warpgroup. Per work tile: K_lo, Q (one 64-row half per consumer),
+                  PERSISTENT: gl.constexpr, NUM_WG: gl.constexpr):
+        """The copy-engine warpgroup. Per work tile: K_lo, Q (64 rows per consumer),
         then the K/V tiles in the order the consumers use them: (K_j, V_{j-1}), then V_{hi-1}.
         Each K/V tile waits for its ring slot to be empty, then asks for ``ready`` to fire when
         its bytes have landed. The ring position runs on across work tiles (persistent)."""
@@ -171,10 +142,10 @@ if HAVE_GLUON:
         for tile_id in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             off_z, off_h, off_hk, off_zh, start_m, lo, hi, lo_off, hi_off = _tile_coords(
                 tile_id, n_m_blocks, H, GROUP, N_Q, N_K, LEFT, RIGHT, BLOCK_N, HAS_LEFT,
-                HAS_RIGHT, LPT)
+                HAS_RIGHT, LPT, NUM_WG)
             _load_tile(k_desc, k_smem, k_ready, k_empty, off_z, off_hk, lo, base, BLOCK_N,
                        STAGES)
-            for w in gl.static_range(2):
+            for w in gl.static_range(NUM_WG):
                 if PERSISTENT:  # consumer w is done with the previous tile's Q
                     mbarrier.wait(q_empty.index(w), (count & 1) ^ 1)
                 mbarrier.expect(q_ready.index(w), q_desc.block_type.nbytes)
@@ -204,14 +175,15 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _wait_turn(turn, WG: gl.constexpr, t, PINGPONG: gl.constexpr):
-        """Ping-pong: wait until the other warpgroup has issued its GEMMs (the t-th turn)."""
+        """Ping-pong: wait until the warpgroup before this one has issued its GEMMs (the t-th
+        turn; with three consumers the turn goes round 0 -> 1 -> 2 -> 0)."""
         if PINGPONG:
             mbarrier.wait(turn.index(WG), t & 1)
 
     @gluon.jit
-    def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr):
         if PINGPONG:
-            mbarrier.arrive(turn.index(1 - WG), count=1)
+            mbarrier.arrive(turn.index((WG + 1) % NUM_WG), count=1)
 
     @gluon.jit
     def _to_operand(p, dtype: gl.constexpr, PACK_P: gl.constexpr):
@@ -291,7 +263,7 @@ if HAVE_GLUON:
                   HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, NEG_SCALE: gl.constexpr,
                   LPT: gl.constexpr, PERSISTENT: gl.constexpr, PINGPONG: gl.constexpr,
                   RESCALE_THRESHOLD: gl.constexpr, POLY_PER_8: gl.constexpr,
-                  POLY_DEGREE: gl.constexpr, PACK_P: gl.constexpr):
+                  POLY_DEGREE: gl.constexpr, PACK_P: gl.constexpr, NUM_WG: gl.constexpr):
         """One consumer warpgroup: 64 query rows per work tile, the loop of FA3 Algorithm 2."""
         q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn = bars
         # wgmma accumulators: S is 64 x BLOCK_N, O is 64 x HEAD_DIM, spread over 4 warps; P is
@@ -308,8 +280,8 @@ if HAVE_GLUON:
         s_zero = gl.zeros([64, BLOCK_N], gl.float32, S_L)
         q = q_smem.index(WG).reshape([64, HEAD_DIM])
         o_buf = o_smem.index(WG)
-        if WG == 1:
-            _pass_turn(turn, WG, PINGPONG)  # warpgroup 0 takes the first turn
+        if WG == NUM_WG - 1:
+            _pass_turn(turn, WG, PINGPONG, NUM_WG)  # warpgroup 0 takes the first turn
 
         base = 0  # K/V tiles consumed so far (the ring position, as the producer counts)
         turns = 0  # turns taken at the tensor cores so far
@@ -317,7 +289,7 @@ if HAVE_GLUON:
         for tile_id in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
             off_z, off_h, off_hk, off_zh, start_m, lo, hi, lo_off, hi_off = _tile_coords(
                 tile_id, n_m_blocks, H, GROUP, N_Q, N_K, LEFT, RIGHT, BLOCK_N, HAS_LEFT,
-                HAS_RIGHT, LPT)
+                HAS_RIGHT, LPT, NUM_WG)
             row0 = start_m + WG * 64
             offs_m = row0 + gl.arange(0, 64, layout=ROW_S)
             # which of this warpgroup's tiles need a mask: past the end of K, or crossing a
@@ -340,7 +312,7 @@ if HAVE_GLUON:
             _wait_turn(turn, WG, turns, PINGPONG)
             qk = warpgroup_mma(q, k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
                                s_zero, use_acc=False, is_async=True)
-            _pass_turn(turn, WG, PINGPONG)
+            _pass_turn(turn, WG, PINGPONG, NUM_WG)
             qk = warpgroup_mma_wait(0, deps=[qk])
             mbarrier.arrive(k_empty.index(slot), count=1)
             start_n = lo * BLOCK_N
@@ -370,7 +342,7 @@ if HAVE_GLUON:
                 mbarrier.wait(v_ready.index(prev), ((i - 1) // STAGES) & 1)
                 acc = warpgroup_mma(p_op, v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM]), acc,
                                     is_async=True)
-                _pass_turn(turn, WG, PINGPONG)
+                _pass_turn(turn, WG, PINGPONG, NUM_WG)
                 # wait for S_j only; P_{j-1} V_{j-1} keeps the tensor cores busy meanwhile
                 qk = warpgroup_mma_wait(1, deps=[qk])
                 mbarrier.arrive(k_empty.index(slot), count=1)
@@ -397,7 +369,7 @@ if HAVE_GLUON:
             _wait_turn(turn, WG, turns + hi - lo, PINGPONG)
             acc = warpgroup_mma(p_op, v_smem.index(last % STAGES).reshape([BLOCK_N, HEAD_DIM]),
                                 acc, is_async=True)
-            _pass_turn(turn, WG, PINGPONG)
+            _pass_turn(turn, WG, PINGPONG, NUM_WG)
             acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
             mbarrier.arrive(v_empty.index(last % STAGES), count=1)
 
@@ -428,15 +400,15 @@ if HAVE_GLUON:
                      HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, NEG_SCALE: gl.constexpr,
                      LPT: gl.constexpr, PERSISTENT: gl.constexpr, PINGPONG: gl.constexpr,
                      RESCALE_THRESHOLD: gl.constexpr, POLY_PER_8: gl.constexpr,
-                     POLY_DEGREE: gl.constexpr, PACK_P: gl.constexpr):
-        # work tiles are (batch * head, query block of 128 rows); a program takes tiles
+                     POLY_DEGREE: gl.constexpr, PACK_P: gl.constexpr, NUM_WG: gl.constexpr):
+        # work tiles are (batch * head, query block of 64 * NUM_WG rows); a program takes tiles
         # program_id, program_id + programs, ... (one each unless PERSISTENT)
-        # shared memory: Q (two 64-row halves), O's staging (Q's slots unless persistent),
+        # shared memory: Q (a 64-row slot per consumer), O's staging (Q's slots unless persistent),
         # the K/V ring, barriers
-        q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape,
+        q_smem = gl.allocate_shared_memory(q_desc.dtype, [NUM_WG] + q_desc.block_type.shape,
                                            q_desc.layout)
         if PERSISTENT:
-            o_smem = gl.allocate_shared_memory(o_desc.dtype, [2] + o_desc.block_type.shape,
+            o_smem = gl.allocate_shared_memory(o_desc.dtype, [NUM_WG] + o_desc.block_type.shape,
                                                o_desc.layout)
         else:
             o_smem = q_smem
@@ -444,38 +416,59 @@ if HAVE_GLUON:
                                            k_desc.layout)
         v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape,
                                            v_desc.layout)
-        q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        q_ready = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for w in gl.static_range(2):
+        for w in gl.static_range(NUM_WG):
             mbarrier.init(q_ready.index(w), count=1)
             mbarrier.init(q_empty.index(w), count=1)
             mbarrier.init(turn.index(w), count=1)
         for s in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(s), count=1)
             mbarrier.init(v_ready.index(s), count=1)
-            mbarrier.init(k_empty.index(s), count=2)  # one arrival per consumer warpgroup
-            mbarrier.init(v_empty.index(s), count=2)
+            mbarrier.init(k_empty.index(s), count=NUM_WG)  # one arrival per consumer
+            mbarrier.init(v_empty.index(s), count=NUM_WG)
         bars = (q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn)
 
-        # the two consumers run one function, told apart by their first (constexpr) argument
-        gl.warp_specialize([
+        # the consumers run one function, told apart by their first (constexpr) argument; the
+        # registers the producer gives up go to them: 2 x 240 or (FA3's d = 64 split) 3 x 160
+        # (written out twice: a tuple assigned to a name loses its constexprs)
+        if NUM_WG == 3:
+            gl.warp_specialize([
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, n_m_blocks,
                          n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, BLOCK_N, STAGES, HAS_LEFT,
-                         HAS_RIGHT, LPT, PERSISTENT)),
+                         HAS_RIGHT, LPT, PERSISTENT, NUM_WG)),
             (_consumer, (0, o_desc, q_smem, o_smem, k_smem, v_smem, bars, LSE, n_m_blocks,
                          n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, qk_scale, HEAD_DIM, BLOCK_N,
                          STAGES, HAS_LEFT, HAS_RIGHT, NEG_SCALE, LPT, PERSISTENT, PINGPONG,
-                         RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE, PACK_P)),
+                         RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE, PACK_P, NUM_WG)),
             (_consumer, (1, o_desc, q_smem, o_smem, k_smem, v_smem, bars, LSE, n_m_blocks,
                          n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, qk_scale, HEAD_DIM, BLOCK_N,
                          STAGES, HAS_LEFT, HAS_RIGHT, NEG_SCALE, LPT, PERSISTENT, PINGPONG,
-                         RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE, PACK_P)),
-        ], [4, 4], [240, 240])
+                         RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE, PACK_P, NUM_WG)),
+            (_consumer, (2, o_desc, q_smem, o_smem, k_smem, v_smem, bars, LSE, n_m_blocks,
+                         n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, qk_scale, HEAD_DIM, BLOCK_N,
+                         STAGES, HAS_LEFT, HAS_RIGHT, NEG_SCALE, LPT, PERSISTENT, PINGPONG,
+                         RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE, PACK_P, NUM_WG)),
+            ], [4, 4, 4], [160, 160, 160])
+        else:
+            gl.warp_specialize([
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, n_m_blocks,
+                         n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, BLOCK_N, STAGES, HAS_LEFT,
+                         HAS_RIGHT, LPT, PERSISTENT, NUM_WG)),
+            (_consumer, (0, o_desc, q_smem, o_smem, k_smem, v_smem, bars, LSE, n_m_blocks,
+                         n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, qk_scale, HEAD_DIM, BLOCK_N,
+                         STAGES, HAS_LEFT, HAS_RIGHT, NEG_SCALE, LPT, PERSISTENT, PINGPONG,
+                         RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE, PACK_P, NUM_WG)),
+            (_consumer, (1, o_desc, q_smem, o_smem, k_smem, v_smem, bars, LSE, n_m_blocks,
+                         n_tiles, H, GROUP, N_Q, N_K, LEFT, RIGHT, qk_scale, HEAD_DIM, BLOCK_N,
+                         STAGES, HAS_LEFT, HAS_RIGHT, NEG_SCALE, LPT, PERSISTENT, PINGPONG,
+                         RESCALE_THRESHOLD, POLY_PER_8, POLY_DEGREE, PACK_P, NUM_WG)),
+            ], [4, 4], [240, 240])
 
 
 @functools.cache
@@ -556,7 +549,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: float = 1.0, *,
                      pingpong: bool = True, persistent: bool = False,
                      rescale_threshold: float = 0.0, poly_per_8: int = 0, poly_degree: int = 3,
-                     pack_p: bool = True, block_n: int | None = None,
+                     pack_p: bool = True, consumers: int = 2, block_n: int | None = None,
                      stages: int | None = None) -> dict:
     """The compile-time constants of one kernel variant.
 
@@ -565,8 +558,9 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
     own staging buffer, so not at d = 256). ``rescale_threshold`` (FA4): powers of two, 0 =
     rescale at every new max. ``poly_per_8`` (FA4): exponentials of every 8 computed by a
     degree-``poly_degree`` polynomial on the FMA units. ``pack_p``: round P two scores per
-    instruction (cvt.rn.*x2) instead of one (``p.to``). ``block_n`` / ``stages`` override
-    :func:`tile_config`."""
+    instruction (cvt.rn.*x2) instead of one (``p.to``). ``consumers``: 2 warpgroups of 240
+    registers (128 query rows a program) or 3 of 160 (192 rows, FlashAttention-3's choice at
+    d = 64). ``block_n`` / ``stages`` override :func:`tile_config`."""
     if not (isinstance(poly_per_8, int) and 0 <= poly_per_8 <= 8):
         raise ValueError(f"poly_per_8 must be an integer from 0 to 8, got {poly_per_8!r}")
     if not (rescale_threshold >= 0 and math.isfinite(rescale_threshold)):
@@ -575,6 +569,11 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
         raise ValueError("rescale_threshold must be <= 15: P's entries reach 2**threshold and "
                          "must stay below float16's largest value")
     exp2_poly_coefficients(poly_degree)  # validates the degree
+    if consumers not in (2, 3) or isinstance(consumers, bool):
+        raise ValueError(f"consumers must be 2 or 3 (warpgroups), got {consumers!r}")
+    if consumers == 3 and head_dim == 256:
+        raise ValueError("consumers=3 does not fit d = 256: 160 registers a thread cannot hold "
+                         "a 64 x 256 fp32 O")
     if persistent and head_dim == 256:
         raise ValueError("persistent needs O's own staging buffer, which does not fit next to "
                          "d = 256's Q and K/V ring in shared memory")
@@ -585,28 +584,28 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
                 HAS_RIGHT=causal or right >= 0, NEG_SCALE=sm_scale < 0, LPT=causal,
                 PERSISTENT=bool(persistent), PINGPONG=bool(pingpong),
                 RESCALE_THRESHOLD=float(rescale_threshold), POLY_PER_8=poly_per_8,
-                POLY_DEGREE=poly_degree, PACK_P=bool(pack_p))
+                POLY_DEGREE=poly_degree, PACK_P=bool(pack_p), NUM_WG=consumers)
 
 
 def tile_plan(start_m: int, n_q: int, n_k: int, block_n: int, causal: bool,
-              window=(-1, -1)) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+              window=(-1, -1), consumers: int = 2) -> tuple[int, int, tuple[tuple[int, int], ...]]:
     """The kernel's tile arithmetic, line for line in Python (tests hold it to the mask).
 
-    For the program whose rows start at ``start_m``: the key tiles [lo, hi) it loads, and per
-    consumer warpgroup (mask_from, mask_below): tile j computes a mask iff
+    For the program whose rows (64 per consumer) start at ``start_m``: the key tiles [lo, hi)
+    it loads, and per consumer warpgroup (mask_from, mask_below): tile j computes a mask iff
     ``j * block_n >= mask_from or j * block_n < mask_below``.
     """
     left, right = _window_bounds(causal, window)
     has_left, has_right = window[0] >= 0, causal or window[1] >= 0
     lo_off = n_k - n_q - left
     hi_off = n_k - n_q + right
-    last_row = min(start_m + BLOCK_M, n_q) - 1
+    last_row = min(start_m + consumers * WG_M, n_q) - 1
     hi_key = max(min(n_k, last_row + hi_off + 1), 0) if has_right else n_k
     lo_key = min(max(start_m + lo_off, 0), n_k) if has_left else 0
     lo = min(lo_key // block_n, (n_k - 1) // block_n)
     hi = max(-(-hi_key // block_n), lo + 1)
     masks = []
-    for wg in range(BLOCK_M // WG_M):
+    for wg in range(consumers):
         row0 = start_m + wg * WG_M
         mask_from = n_k // block_n * block_n
         if has_right:
@@ -637,7 +636,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_s
     o = torch.empty((z, h, n_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((z, h, n_q), dtype=torch.float32, device=q.device)
     left, right = _window_bounds(causal, window)
-    n_m_blocks = -(-n_q // BLOCK_M)
+    n_m_blocks = -(-n_q // (constants["NUM_WG"] * WG_M))
     n_tiles = n_m_blocks * z * h
     programs = min(n_tiles, _sm_count(q.device.index)) if constants["PERSISTENT"] else n_tiles
     kernel = _attn_fwd_ws[(programs,)](
