@@ -96,6 +96,11 @@ if HAVE_GLUON:
         from flashtext.kernels import gluon_forward as this
         return this.exp2_asm(poly_per_8, degree)
 
+    @gluon.constexpr_function
+    def _cvt_x2_asm(dtype):
+        kind = "f16" if dtype == gl.float16 else "bf16"
+        return f"cvt.rn.{kind}x2.f32 $0, $2, $1;"
+
     @gluon.jit
     def _tile_coords(tile_id, n_m_blocks, H, GROUP, N_Q, N_K, LEFT, RIGHT,
                      BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
@@ -195,12 +200,8 @@ if HAVE_GLUON:
         second.)"""
         if not PACK_P:
             return p.to(dtype)
-        elif dtype == gl.float16:
-            return gl.inline_asm_elementwise("cvt.rn.f16x2.f32 $0, $2, $1;", "=r,f,f", [p],
-                                             dtype=gl.float16, is_pure=True, pack=2)
-        else:
-            return gl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,f,f", [p],
-                                             dtype=gl.bfloat16, is_pure=True, pack=2)
+        return gl.inline_asm_elementwise(_cvt_x2_asm(dtype), "=r,f,f", [p], dtype=dtype.value,
+                                         is_pure=True, pack=2)
 
     @gluon.jit
     def _softmax(qk, m_i, l_i, offs_m, offs_n, start_n, need_mask, N_K, lo_off, hi_off,
