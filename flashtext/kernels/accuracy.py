@@ -30,6 +30,7 @@ import torch
 
 from flashtext import reference
 from flashtext.kernels.api import attention_backward, attention_forward
+from flashtext.kernels.dispatch import is_masked
 
 # what a recording of this sweep measures (scripts/record_accuracy.py stores their fingerprint,
 # flashtext.recorded.kernel_fingerprint): the public API's kernels, and this module's criterion
@@ -114,7 +115,7 @@ def torch_attention(q, k, v, causal: bool, sm_scale: float, window: tuple[int, i
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     s = (q @ k.transpose(-1, -2)) * sm_scale
-    if causal or tuple(window) != (-1, -1):
+    if is_masked(causal, window):
         n_q, n_k = q.shape[-2], k.shape[-2]
         right = 0 if causal else window[1]
         keep = torch.from_numpy(reference.window_mask(n_q, n_k, (window[0], right)))
