@@ -224,6 +224,33 @@ def test_decode_matches_reference(h, h_kv, n_new, paged):
             np.testing.assert_allclose(_np(lse[b]), want_lse, rtol=3e-6, atol=3e-6)
 
 
+def test_decode_split_is_the_rule_worked_out_once_per_shape(monkeypatch):
+    """The automatic split is splitkv's rule for the launch's programs, and a step of a shape
+    seen before does not run the rule again (at batch 1 a step's host time is its time)."""
+    from flashtext import splitkv
+    from flashtext.kernels import decode
+
+    decode._splits_for.cache_clear()
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return splitkv.choose_num_splits(*args, **kwargs)
+
+    monkeypatch.setattr(decode, "choose_num_splits", counting)
+    for batch, heads, h_kv, n_k in ((1, 32, 8, 65536), (1, 8, 8, 4096), (16, 32, 8, 32768)):
+        q = torch.empty(batch, heads, 1, 128, dtype=torch.float16, device=DEVICE)
+        block_m, block_n = decode._blocks(128, heads // h_kv)[:2]
+        rows = -(-(heads // h_kv) // block_m) * block_m  # the group's rows, whole blocks
+        want = splitkv.choose_num_splits(batch, h_kv, rows, n_k, sms=2 * 132, block_m=block_m,
+                                         block_n=block_n)
+        if not ON_GPU:  # 132 SMs stand in for the GPU on a CPU
+            assert decode.default_splits(q, h_kv, n_k) == want, (batch, heads, h_kv, n_k)
+        for _ in range(3):
+            decode.default_splits(q, h_kv, n_k)
+    assert len(calls) == 3, calls  # once per shape
+
+
 def test_decode_arguments_are_checked():
     kc, vc = _cache(2, 2, 64, 16, seed=1)
     q = _rand(2, 4, 1, 16, seed=2)

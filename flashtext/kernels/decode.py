@@ -19,6 +19,7 @@ Paged cache (vLLM-style): the cache is ``(num_blocks, H_kv, block_size, d)`` and
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import torch
@@ -274,9 +275,22 @@ def default_splits(q: torch.Tensor, h_kv: int, n_k: int) -> int:
     batch, heads, n_new, d = q.shape
     block_m, block_n, _, _ = _blocks(d, heads // h_kv * n_new)
     rows = triton.cdiv(heads // h_kv * n_new, block_m) * block_m
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
-    return choose_num_splits(batch, h_kv, rows, n_k, sms=2 * sms, block_m=block_m,
-                             block_n=block_n)
+    sms = _sm_count(q.device.index) if q.is_cuda else 132
+    return _splits_for(batch, h_kv, rows, n_k, 2 * sms, block_m, block_n)
+
+
+# A decode step is a few microseconds of GPU work at batch 1, so its host time is its time: the
+# device's SM count and the split rule's answer (a Python loop over split counts, tens of
+# microseconds) are worked out once per shape, not at every step.
+@functools.cache
+def _sm_count(index: int | None) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@functools.lru_cache(maxsize=4096)
+def _splits_for(batch: int, h_kv: int, rows: int, n_k: int, sms: int, block_m: int,
+                block_n: int) -> int:
+    return choose_num_splits(batch, h_kv, rows, n_k, sms=sms, block_m=block_m, block_n=block_n)
 
 
 def _launch_partials(q, k_cache, v_cache, cache_seqlens, block_table, scale, num_splits, causal,
