@@ -53,11 +53,15 @@ VARIANTS = {
     "unpacked_p": {"pack_p": False},
     "three_wg": {"consumers": 3},  # FA3's d = 64 split: 192 query rows on three warpgroups
     "three_wg_n64": {"consumers": 3, "block_n": 64, "stages": 4},  # no spill under a mask
+    "open_left": {"open_left": True},  # a left edge that hides nothing: ptxas spills less
+    "three_wg_open": {"consumers": 3, "open_left": True},
+    "three_wg_open_persistent": {"consumers": 3, "open_left": True, "persistent": True},
 }
 ALT_STAGES = {64: 2, 128: 3, 256: 1}
 # head dims a variant is checked and timed at (default: 64 and 128); three consumers of 160
 # registers spill at d = 128 (O alone is 64 of them)
-VARIANT_DIMS = {"three_wg": (64,), "three_wg_n64": (64,)}
+VARIANT_DIMS = {"three_wg": (64,), "three_wg_n64": (64,), "three_wg_open": (64,),
+                "three_wg_open_persistent": (64,)}
 
 
 def switches_for(variant: str, d: int) -> dict:

@@ -92,23 +92,33 @@ def test_not_supported_off_sm90():
         gf.gluon_forward(q, q, q, False, 0.125)
 
 
-@pytest.mark.parametrize("consumers", [2, 3])
+@pytest.mark.parametrize("consumers,open_left", [(2, False), (3, False), (2, True), (3, True)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("window", [(-1, -1), (0, 0), (37, 0), (100, 30), (-1, 50), (200, -1)])
 def test_tile_plan_covers_every_visible_key_and_masks_every_partial_tile(causal, window,
-                                                                         consumers):
-    """For each program and warpgroup: every key a real row sees lies in a loaded tile, and a
-    tile is left unmasked only if each of the warpgroup's rows sees each of its keys."""
+                                                                         consumers, open_left):
+    """For each program and warpgroup: every key a real row sees lies in a loaded tile, a tile
+    is left unmasked only if each of the warpgroup's rows sees each of its keys, and the
+    kernel's per-score test (its LEFT / RIGHT arguments) shows a real row exactly its keys."""
     # every diagonal offset N_k - N_q modulo both tile widths, plus short and lopsided shapes
     shapes = [(1, 1), (17, 1000), (1000, 17), (700, 300), (2, 600)]
     shapes += [(200, 200 + delta) for delta in range(-64, 65)]
+    constants = gf.kernel_constants(64, causal, window, open_left=open_left)
     for n_q, n_k in shapes:
+        keep = _visible(n_q, n_k, causal, window)
+        left, right = gf._window_bounds(causal, window, n_q, n_k, open_left)
+        rows, cols = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
+        shown = np.ones((n_q, n_k), dtype=bool)
+        if constants["HAS_RIGHT"]:
+            shown &= cols <= rows + n_k - n_q + right
+        if constants["HAS_LEFT"]:
+            shown &= cols >= rows + n_k - n_q - left
+        assert np.array_equal(shown, keep), (n_q, n_k, left, right)
         for block_n in (64, 128):
-            keep = _visible(n_q, n_k, causal, window)
             block_m = consumers * gf.WG_M
             for start_m in range(0, n_q, block_m):
                 lo, hi, masks = gf.tile_plan(start_m, n_q, n_k, block_n, causal, window,
-                                             consumers)
+                                             consumers, open_left)
                 assert 0 <= lo < hi <= max(1, -(-n_k // block_n)) and len(masks) == consumers
                 rows = keep[start_m:start_m + block_m]
                 cols = np.nonzero(rows.any(axis=0))[0]
@@ -386,7 +396,11 @@ def test_scale_sign_and_size(sm_scale):
                                       dict(stages=3), dict(persistent=True),
                                       dict(pack_p=False), dict(consumers=3),
                                       dict(consumers=3, persistent=True),
-                                      dict(consumers=3, block_n=64, stages=4)], ids=str)
+                                      dict(consumers=3, block_n=64, stages=4),
+                                      dict(open_left=True),
+                                      dict(consumers=3, open_left=True),
+                                      dict(consumers=3, open_left=True, persistent=True)],
+                         ids=str)
 @pytest.mark.parametrize("d", [64, 128])
 def test_variants(switches, d):
     """Every switch stays within the accuracy rule; the software exponential gets an allowance
@@ -396,6 +410,21 @@ def test_variants(switches, d):
         case = Case(2, 2, 1000, 1000, d, causal, "bfloat16", seed=d + causal)
         q, k, v, _ = make_inputs(case, DEVICE)
         _check(q, k, v, causal, extra=extra, **switches)
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("consumers", [2, 3])
+@pytest.mark.parametrize("n_q,n_k", [(1000, 777), (300, 1000), (1, 600), (17, 1000), (600, 2)])
+def test_open_left_edge_hides_no_key(n_q, n_k, consumers):
+    """LEFT = N_Q + N_K with a left edge compiled in: every mask shows what it did without."""
+    g = torch.Generator().manual_seed(n_q + n_k)
+    q = torch.randn(2, 4, n_q, 64, generator=g).to(DEVICE, torch.bfloat16)
+    k, v = (torch.randn(2, 2, n_k, 64, generator=g).to(DEVICE, torch.bfloat16)
+            for _ in range(2))
+    for causal, window in ((True, (-1, -1)), (False, (-1, -1)), (False, (-1, 50)),
+                           (True, (-1, 300))):
+        _check(q, k, v, causal, window=window, consumers=consumers, open_left=True)
 
 
 @sm90

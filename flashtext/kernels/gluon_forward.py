@@ -551,7 +551,7 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
                      pingpong: bool = True, persistent: bool = False,
                      rescale_threshold: float = 0.0, poly_per_8: int = 0, poly_degree: int = 3,
                      pack_p: bool = True, consumers: int = 2, block_n: int | None = None,
-                     stages: int | None = None) -> dict:
+                     stages: int | None = None, open_left: bool = False) -> dict:
     """The compile-time constants of one kernel variant.
 
     ``pingpong``: turn-taking of the two consumer warpgroups. ``persistent``: one program per
@@ -561,7 +561,9 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
     degree-``poly_degree`` polynomial on the FMA units. ``pack_p``: round P two scores per
     instruction (cvt.rn.*x2) instead of one (``p.to``). ``consumers``: 2 warpgroups of 240
     registers (128 query rows a program) or 3 of 160 (192 rows, FlashAttention-3's choice at
-    d = 64). ``block_n`` / ``stages`` override :func:`tile_config`."""
+    d = 64). ``block_n`` / ``stages`` override :func:`tile_config`. ``open_left``: a call without
+    a left edge gets one that hides no key (see :func:`_window_bounds`); it costs one compare a
+    tile, and with it ptxas fits the loop in registers where a right edge alone makes it spill."""
     if not (isinstance(poly_per_8, int) and 0 <= poly_per_8 <= 8):
         raise ValueError(f"poly_per_8 must be an integer from 0 to 8, got {poly_per_8!r}")
     if not (rescale_threshold >= 0 and math.isfinite(rescale_threshold)):
@@ -581,7 +583,7 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
     default_n, default_stages = tile_config(head_dim)
     left, right = window
     return dict(HEAD_DIM=head_dim, BLOCK_N=block_n or default_n,
-                STAGES=stages or default_stages, HAS_LEFT=left >= 0,
+                STAGES=stages or default_stages, HAS_LEFT=left >= 0 or bool(open_left),
                 HAS_RIGHT=causal or right >= 0, NEG_SCALE=sm_scale < 0, LPT=causal,
                 PERSISTENT=bool(persistent), PINGPONG=bool(pingpong),
                 RESCALE_THRESHOLD=float(rescale_threshold), POLY_PER_8=poly_per_8,
@@ -589,15 +591,16 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
 
 
 def tile_plan(start_m: int, n_q: int, n_k: int, block_n: int, causal: bool,
-              window=(-1, -1), consumers: int = 2) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+              window=(-1, -1), consumers: int = 2,
+              open_left: bool = False) -> tuple[int, int, tuple[tuple[int, int], ...]]:
     """The kernel's tile arithmetic, line for line in Python (tests hold it to the mask).
 
     For the program whose rows (64 per consumer) start at ``start_m``: the key tiles [lo, hi)
     it loads, and per consumer warpgroup (mask_from, mask_below): tile j computes a mask iff
     ``j * block_n >= mask_from or j * block_n < mask_below``.
     """
-    left, right = _window_bounds(causal, window)
-    has_left, has_right = window[0] >= 0, causal or window[1] >= 0
+    left, right = _window_bounds(causal, window, n_q, n_k, open_left)
+    has_left, has_right = window[0] >= 0 or open_left, causal or window[1] >= 0
     lo_off = n_k - n_q - left
     hi_off = n_k - n_q + right
     last_row = min(start_m + consumers * WG_M, n_q) - 1
@@ -616,11 +619,16 @@ def tile_plan(start_m: int, n_q: int, n_k: int, block_n: int, causal: bool,
     return lo, hi, tuple(masks)
 
 
-def _window_bounds(causal: bool, window) -> tuple[int, int]:
-    """(LEFT, RIGHT) kernel arguments: causal caps the right edge at the diagonal."""
+def _window_bounds(causal: bool, window, n_q: int = 0, n_k: int = 0,
+                   open_left: bool = False) -> tuple[int, int]:
+    """(LEFT, RIGHT) kernel arguments: causal caps the right edge at the diagonal. With
+    ``open_left`` and no left edge, LEFT = N_Q + N_K: row i's first key i - 2 N_Q lies before
+    key 0, so the edge hides nothing."""
     left, right = (int(w) for w in window)
     if causal:
         right = 0 if right < 0 else min(right, 0)
+    if open_left and left < 0:
+        left = n_q + n_k
     return max(left, 0), max(right, 0)
 
 
@@ -636,7 +644,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_s
     constants = kernel_constants(d, causal, tuple(window), sm_scale, **switches)
     o = torch.empty((z, h, n_q, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((z, h, n_q), dtype=torch.float32, device=q.device)
-    left, right = _window_bounds(causal, window)
+    left, right = _window_bounds(causal, window, n_q, n_k, switches.get("open_left", False))
     n_m_blocks = -(-n_q // (constants["NUM_WG"] * WG_M))
     n_tiles = n_m_blocks * z * h
     programs = min(n_tiles, _sm_count(q.device.index)) if constants["PERSISTENT"] else n_tiles
