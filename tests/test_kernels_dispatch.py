@@ -83,6 +83,20 @@ def test_the_persistent_rule_by_shape():
             and dispatch.prefers_persistent(128, n, n, True)] == [2048]
 
 
+def test_the_three_consumer_rule_by_shape():
+    most = dispatch.PERSISTENT_MAX_MASKED_KEYS[64]
+    for n in (1, 100, 4096, 65536):  # unmasked d = 64: three, at every length
+        assert dispatch.prefers_three_consumers(64, n, n, False)
+        assert not dispatch.prefers_three_consumers(128, n, n, False)
+        assert not dispatch.prefers_three_consumers(256, n, n, False)
+    # masked: two (persistent) while no query sees more than most keys, three past it
+    assert not dispatch.prefers_three_consumers(64, most, most, True)
+    assert dispatch.prefers_three_consumers(64, most + 1, most + 1, True)
+    assert not dispatch.prefers_three_consumers(64, 65536, 65536, True, (most - 1, 0))
+    assert dispatch.prefers_three_consumers(64, 65536, 65536, True, (most, 0))
+    assert not dispatch.prefers_three_consumers(128, 65536, 65536, True)
+
+
 def test_cpu_and_float32_inputs_run_the_triton_forward():
     q = torch.randn(1, 2, 64, 128)
     assert dispatch.choose_forward(q, q, q, False) == "triton"  # not on an sm_90 GPU
@@ -99,8 +113,10 @@ def test_auto_follows_the_rule_where_gluon_could_run(monkeypatch):
     exactly the cases the rule names to it, and "triton" never does."""
     calls = []
 
-    def fake_launch(q, k, v, causal, sm_scale, window=(-1, -1), persistent=False):
-        calls.append((q.shape[-1], q.shape[2], causal, tuple(window), persistent))
+    def fake_launch(q, k, v, causal, sm_scale, window=(-1, -1), persistent=False, consumers=2,
+                    open_left=False):
+        calls.append((q.shape[-1], q.shape[2], causal, tuple(window), persistent, consumers,
+                      open_left))
         return (torch.full(q.shape, 7.0, device=q.device),
                 torch.zeros(q.shape[:-1], device=q.device), None)
 
@@ -108,6 +124,7 @@ def test_auto_follows_the_rule_where_gluon_could_run(monkeypatch):
     monkeypatch.setattr(gf, "launch", fake_launch)
     for d, n, causal, window in [(128, 64, False, (-1, -1)), (128, 64, True, (-1, -1)),
                                  (64, 64, False, (-1, -1)), (64, 64, True, (-1, -1)),
+                                 (64, 5000, True, (-1, -1)), (64, 5000, False, (-1, 4096)),
                                  (128, 64, False, (8, 8)), (256, 64, True, (-1, -1)),
                                  (256, 64, False, (-1, -1))]:
         calls.clear()
@@ -115,8 +132,9 @@ def test_auto_follows_the_rule_where_gluon_could_run(monkeypatch):
         o, _ = attention_forward(q, q, q, causal=causal, window_size=window)
         wanted = dispatch.prefers_gluon(d, n, n, causal, window)
         persistent = dispatch.prefers_persistent(d, n, n, causal, window)
-        assert calls == ([(d, n, causal, window, persistent)] if wanted else []), \
-            (d, n, causal, window)
+        three = dispatch.prefers_three_consumers(d, n, n, causal, window)
+        assert calls == ([(d, n, causal, window, persistent, 3 if three else 2, three)]
+                         if wanted else []), (d, n, causal, window)
         assert bool((o == 7.0).all()) == wanted
         calls.clear()
         attention_forward(q, q, q, causal=causal, window_size=window, forward_kernel="triton")

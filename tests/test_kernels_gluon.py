@@ -68,6 +68,10 @@ def test_kernel_constants_validate():
     assert gf.kernel_constants(64, False)["HAS_RIGHT"] is False
     assert gf._window_bounds(True, (-1, 5)) == (0, 0)  # causal caps the right edge
     assert gf._window_bounds(False, (7, 5)) == (7, 5)
+    assert gf._window_bounds(True, (-1, -1), 10, 30, open_left=True) == (40, 0)
+    assert gf._window_bounds(False, (7, 5), 10, 30, open_left=True) == (7, 5)  # has an edge
+    with pytest.raises(ValueError, match="open_left needs the lengths"):
+        gf._window_bounds(True, (-1, -1), open_left=True)
     with pytest.raises(ValueError, match="poly_per_8"):
         gf.kernel_constants(64, False, poly_per_8=9)
     with pytest.raises(ValueError, match="rescale_threshold"):

@@ -18,6 +18,13 @@ The rule, from side-by-side H200 runs (``BENCHMARKS.md``, v8):
   tiles, and starting and ending it is a large part of its time. Past that, the causal tiles
   of a head differ so much in length that one program per tile, handed out by the GPU as SMs
   free up, balances them better than a fixed round-robin.
+* At d = 64 the Gluon forward runs *three* consumer warpgroups (192 query rows a program,
+  FlashAttention-3's split at this head dimension) everywhere but a masked call short enough to
+  run persistent: without a mask, persistent; with one, one program per tile. Three warpgroups
+  of 160 registers leave ptxas fewer to spare, and it fits the loop without spilling only with
+  the left-edge test compiled in, so these launches carry a left edge that hides no key
+  (``open_left``). Measured in ``scripts/probe_gluon.py``
+  (``flashtext/data/gluon_probe_h200.json``).
 
 The backward's dK/dV pass (the larger part of it: four of its seven matmuls) runs the Gluon
 kernel (:mod:`flashtext.kernels.gluon_backward`) where it can run the inputs (d = 64 and 128,
@@ -51,6 +58,8 @@ GLUON_HEAD_DIMS = (64, 128, 256)
 GLUON_MIN_MASKED_KEYS = {64: 4096, 128: 2048, 256: 0}
 # a masked call whose queries see at most this many keys runs the Gluon forward persistent
 PERSISTENT_MAX_MASKED_KEYS = {64: 4096, 128: 2048}
+# head dimensions at which the Gluon forward runs three consumer warpgroups (192 query rows)
+THREE_CONSUMER_HEAD_DIMS = (64,)
 GLUON_MIN_BACKWARD_QUERIES = 2048  # a backward whose keys are each seen by fewer: Triton dK/dV
 Window = tuple[int, int]
 
@@ -125,6 +134,16 @@ def prefers_persistent(head_dim: int, n_q: int, n_k: int, causal: bool,
         <= PERSISTENT_MAX_MASKED_KEYS[head_dim]
 
 
+def prefers_three_consumers(head_dim: int, n_q: int, n_k: int, causal: bool,
+                            window: Window = (-1, -1)) -> bool:
+    """Where the Gluon forward runs: three consumer warpgroups rather than two? At d = 64,
+    unless the call is masked and short enough to run persistent."""
+    if head_dim not in THREE_CONSUMER_HEAD_DIMS:
+        return False
+    return not (is_masked(causal, window)
+                and prefers_persistent(head_dim, n_q, n_k, causal, window))
+
+
 def choose_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                    window: Window = (-1, -1)) -> str:
     """"gluon" or "triton": the forward kernel ``flash_attention`` runs for these inputs (Gluon
@@ -184,9 +203,11 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
     if kernel == "gluon" and not gluon_forward.gluon_supported(q, k, v, causal, window):
         raise _unsupported("forward_kernel", "the Gluon forward", gluon_forward.HEAD_DIMS, q)
     if kernel == "gluon":
-        persistent = prefers_persistent(q.shape[-1], q.shape[2], k.shape[2], causal, window)
+        shape = (q.shape[-1], q.shape[2], k.shape[2], causal, window)
+        three = prefers_three_consumers(*shape)
         o, lse, _ = gluon_forward.launch(q, k, v, causal, sm_scale, window,
-                                         persistent=persistent)
+                                         persistent=prefers_persistent(*shape),
+                                         consumers=3 if three else 2, open_left=three)
         return o, lse
     return triton_forward(q, k, v, causal, sm_scale, window=window)
 

@@ -628,6 +628,8 @@ def _window_bounds(causal: bool, window, n_q: int = 0, n_k: int = 0,
     if causal:
         right = 0 if right < 0 else min(right, 0)
     if open_left and left < 0:
+        if n_q < 1 or n_k < 1:
+            raise ValueError(f"open_left needs the lengths n_q, n_k >= 1, got {n_q}, {n_k}")
         left = n_q + n_k
     return max(left, 0), max(right, 0)
 
