@@ -259,10 +259,11 @@ class GluonCaptured:
 
     def __init__(self, dtype, head_dim: int, causal: bool, window, kernel=None,
                  kind: str = "forward", fused_dq: bool = False, deferred_dq: bool = False,
-                 persistent: bool = False):
+                 persistent: bool = False, consumers: int = 2, open_left: bool = False):
         self.dtype, self.head_dim, self.causal, self.window = dtype, head_dim, causal, window
         self.kernel, self.kind, self.fused_dq = kernel, kind, fused_dq
         self.deferred_dq, self.persistent = deferred_dq, persistent
+        self.consumers, self.open_left = consumers, open_left
 
 
 @contextlib.contextmanager
@@ -290,7 +291,9 @@ def captured_launches(run: bool):
 
     def capture_gluon(q, k, v, causal, sm_scale, window=(-1, -1), **switches):
         seen.append(GluonCaptured(q.dtype, q.shape[-1], causal, tuple(window),
-                                  persistent=bool(switches.get("persistent"))))
+                                  persistent=bool(switches.get("persistent")),
+                                  consumers=switches.get("consumers", 2),
+                                  open_left=bool(switches.get("open_left"))))
         if run:
             o, lse, seen[-1].kernel = real_gluon(q, k, v, causal, sm_scale, window, **switches)
             return o, lse, seen[-1].kernel
@@ -415,16 +418,16 @@ def describe_gluon(c: GluonCaptured, with_sass: bool) -> dict:
                                     "dv_desc", "dq_desc"],
                 "config": {"BLOCK_M": constants["BLOCK_M"], "BLOCK_N": gb.BLOCK_N,
                            "STAGES": constants["STAGES"], "num_warps": meta.get("num_warps")}}
-    kernel = c.kernel or gf.compile_sm90(c.head_dim, c.dtype, c.causal, c.window,
-                                         persistent=c.persistent)
-    constants = gf.kernel_constants(c.head_dim, c.causal, c.window, persistent=c.persistent)
+    switches = dict(persistent=c.persistent, consumers=c.consumers, open_left=c.open_left)
+    kernel = c.kernel or gf.compile_sm90(c.head_dim, c.dtype, c.causal, c.window, **switches)
+    constants = gf.kernel_constants(c.head_dim, c.causal, c.window, **switches)
     row, meta = _described(kernel, with_sass)
-    # num_warps counts every partition's: the producer's 4 and the two consumers' 4 each
+    # num_warps counts every partition's: the producer's 4 and each consumer's 4
     warps = meta.get("num_warps")
     return {**row, "gluon": True, "kind": "forward", "persistent": c.persistent,
-            "use_tma": True,
+            "consumers": c.consumers, "open_left": c.open_left, "use_tma": True,
             "descriptor_args": ["q_desc", "k_desc", "v_desc", "o_desc"],
-            "config": {"BLOCK_M": gf.BLOCK_M, "BLOCK_N": constants["BLOCK_N"],
+            "config": {"BLOCK_M": gf.WG_M * c.consumers, "BLOCK_N": constants["BLOCK_N"],
                        "STAGES": constants["STAGES"], "num_warps": warps}}
 
 
