@@ -33,7 +33,11 @@ arXiv 2407.08608) says, in the names of Algorithm 1 and of the FA2/FA3 papers:
   turn barriers and Q's ``empty`` barrier run on from tile to tile, so the next tile's loads
   overlap this one's last GEMM and its output copy.
 * **Three consumers** (a switch, ``consumers=3``): 192 query rows a program on three warpgroups
-  of 160 registers, the turn going round 0 -> 1 -> 2, FlashAttention-3's tile at d = 64.
+  of 160 registers (the producer at 32), the turn going round 0 -> 1 -> 2, FlashAttention-3's
+  tile at d = 64, where ``flash_attention`` runs it (``dispatch.prefers_three_consumers``). At
+  160 registers ptxas spills the loop unless the left-edge test is compiled in; ``open_left``
+  gives a call without a left edge one that hides no key (LEFT = N_Q + N_K), and the dispatch
+  sets it with three consumers.
 * FlashAttention-4's two softmax ideas (``flashtext.fa4_softmax``), as switches:
   ``RESCALE_THRESHOLD`` > 0 rescales O only when some row's max grows by more than that many
   powers of two; ``POLY_PER_8`` of every 8 exponentials run as a polynomial on the FMA units.
