@@ -251,6 +251,81 @@ def test_decode_split_is_the_rule_worked_out_once_per_shape(monkeypatch):
     assert len(calls) == 3, calls  # once per shape
 
 
+class _FakeCompiled:
+    """A compiled kernel as Triton's launch returns it: launched as kernel[grid](*args)."""
+
+    function = "cufunction"
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self):  # present on a real CompiledKernel; the fast path requires it
+        raise AssertionError
+
+    def __getitem__(self, grid):
+        return lambda *args: self.calls.append((grid, args))
+
+
+class _FakeJit:
+    """A JIT function with parameters (A, N, C, D): two runtime, two constexpr."""
+
+    arg_names = ["A", "N", "C", "D"]
+
+    def __init__(self):
+        self.slow, self.compiled = [], _FakeCompiled()
+
+    def __getitem__(self, grid):
+        def run(*args, num_warps, **constexprs):
+            self.slow.append((grid, args, constexprs, num_warps))
+            return self.compiled
+        return run
+
+
+def test_a_repeated_decode_step_takes_the_compiled_kernel(monkeypatch):
+    """A step whose arguments Triton would specialise as an earlier step's launches the kernel
+    that step compiled, skipping Triton's binding; any difference goes back to Triton."""
+    from flashtext.kernels import decode, fastpath
+
+    monkeypatch.setattr(decode._boot, "INTERPRETING", False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(fastpath, "COMPILED", {})
+    k, a = _FakeJit(), torch.zeros(8)
+    decode._launch(k, (2, 3), (a, 100), dict(D=5, C=7), num_warps=4)
+    assert len(k.slow) == 1 and not k.compiled.calls
+    decode._launch(k, (2, 3), (a, 100), dict(D=5, C=7), num_warps=4)
+    # runtime arguments, then the constexprs in the kernel's parameter order; grid made 3-D
+    assert k.compiled.calls == [((2, 3, 1), (a, 100, 7, 5))] and len(k.slow) == 1
+    decode._launch(k, (2, 3), (a, 101), dict(D=5, C=7), num_warps=4)  # another integer
+    decode._launch(k, (2, 3), (a[1:], 100), dict(D=5, C=7), num_warps=4)  # another alignment
+    decode._launch(k, (2, 3), (a, 100), dict(D=6, C=7), num_warps=4)  # another constexpr
+    decode._launch(k, (2, 3), (a, 100), dict(D=5, C=7), num_warps=8)  # another launch option
+    assert len(k.slow) == 5 and len(k.compiled.calls) == 1
+    monkeypatch.setattr(decode._boot, "INTERPRETING", True)  # the interpreter: Triton's path
+    decode._launch(k, (2, 3), (a, 100), dict(D=5, C=7), num_warps=4)
+    assert len(k.slow) == 6 and len(k.compiled.calls) == 1
+
+
+@gpu
+def test_decode_steps_after_the_first_match_it():
+    """The fast path gives the bits Triton's launch gave, for every split and cache kind."""
+    from flashtext.kernels import fastpath
+
+    kc, vc = _cache(2, 2, 320, 64, seed=5, dtype=torch.float16)
+    q = _rand(2, 8, 1, 64, seed=6, dtype=torch.float16)
+    lens = torch.tensor([301, 77], dtype=torch.int32, device=DEVICE)
+    kp, vp, table = _paged(kc, vc, 16, seed=7)
+    for splits in (1, 3, None):
+        for cache in ((kc, vc, None), (kp, vp, table)):
+            fastpath.COMPILED.clear()
+            first = flash_decode(q, *cache[:2], lens, block_table=cache[2], num_splits=splits,
+                                 return_lse=True)
+            assert fastpath.COMPILED, "the first step remembered no kernel"
+            for _ in range(2):
+                again = flash_decode(q, *cache[:2], lens, block_table=cache[2],
+                                     num_splits=splits, return_lse=True)
+                assert all(torch.equal(x, y) for x, y in zip(first, again, strict=True))
+
+
 def test_decode_arguments_are_checked():
     kc, vc = _cache(2, 2, 64, 16, seed=1)
     q = _rand(2, 4, 1, 16, seed=2)
