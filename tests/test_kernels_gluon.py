@@ -177,6 +177,12 @@ _COMPILE = textwrap.dedent("""
     counts["three"] = {k: three.count(k) for k in (
         "wgmma.mma_async", "setmaxnreg.inc.sync.aligned.u32 \\t160",
         "setmaxnreg.dec.sync.aligned.u32 \\t32", "mbarrier.init.shared::cta.b64")}
+    # what the dispatch runs at d = 64: three consumers with the open left edge
+    for causal in (False, True):
+        built = compile_sm90(64, torch.float16, causal=causal, consumers=3, open_left=True,
+                             persistent=not causal)
+        counts[f"three_open_spills_{causal}"] = len(
+            re.findall(r"\\b(LDL|STL)\\b", sass_of(built.asm["cubin"])))
     print(json.dumps(counts))
 """)
 
@@ -211,6 +217,8 @@ def test_compiles_for_sm90_without_a_gpu():
     assert three["wgmma.mma_async"] == 3 * 24, three
     # Q ready / Q empty / turn per consumer, K and V ready / empty per slot of d = 64's 3
     assert three["mbarrier.init.shared::cta.b64"] == 3 * 3 + 4 * 3, three
+    # ptxas fits them in 160 registers with the left-edge test compiled in: no spill
+    assert counts["three_open_spills_False"] == counts["three_open_spills_True"] == 0, counts
 
 
 # ---------------------------------------------------------------- GPU: against float64
