@@ -7,8 +7,9 @@ import pytest
 import torch
 from triton.runtime.errors import OutOfResources
 
+from flashtext import _boot
 from flashtext.kernels import config as cfg
-from flashtext.kernels import fastpath, launcher
+from flashtext.kernels import fastpath
 from flashtext.kernels.config import KernelConfig, block_d, launch_config
 from flashtext.kernels.launcher import launch
 from tests.kernel_helpers import _rand, gpu
@@ -37,7 +38,7 @@ def test_one_config_under_the_interpreter(monkeypatch):
 
 
 def test_gpu_table(monkeypatch):
-    monkeypatch.setattr(launcher._boot, "INTERPRETING", False)
+    monkeypatch.setattr(_boot, "INTERPRETING", False)
     for kernel in ("fwd", "bwd_dkdv", "bwd_dq", "bwd_pre"):
         for d in (16, 40, 64, 128, 256):
             for size in (2, 4):
@@ -82,7 +83,7 @@ def test_chosen_configs_are_what_each_search_measured(source, monkeypatch):
     causal-keyed forward (FWD_SHORT) as much as the table."""
     from flashtext import recorded
 
-    monkeypatch.setattr(launcher._boot, "INTERPRETING", False)
+    monkeypatch.setattr(_boot, "INTERPRETING", False)
     data, kernels = recorded.load(source), SEARCHES[source]
     groups: dict = {}
     for r in data["rows"]:
@@ -97,7 +98,7 @@ def test_chosen_configs_are_what_each_search_measured(source, monkeypatch):
 
 
 def test_short_forward_is_keyed_on_causal_n_k_and_d(monkeypatch):
-    monkeypatch.setattr(launcher._boot, "INTERPRETING", False)
+    monkeypatch.setattr(_boot, "INTERPRETING", False)
     short, table64, table128 = cfg.FWD_SHORT, cfg.TUNED[("fwd", 64)], cfg.TUNED[("fwd", 128)]
     assert launch_config("fwd", 64, 2, True, 4096, 2048) == short  # keyed on N_k, not N_q
     assert launch_config("fwd", 64, 2, True, 2048, 2049) == table64
@@ -175,6 +176,9 @@ def test_arg_key_is_at_least_as_fine_as_tritons_specialisation():
 
     assert arg_key(Desc(aligned, [16])) != arg_key(Desc(aligned, [32]))
     assert arg_key(Desc(aligned, [16])) != arg_key(Desc(shifted, [16]))
+    gluon_a, gluon_b = Desc(aligned, [16]), Desc(aligned, [16])  # a Gluon descriptor's layout
+    gluon_a.layout, gluon_b.layout = ("swizzle", 128), ("swizzle", 64)
+    assert arg_key(gluon_a) != arg_key(gluon_b) != arg_key(Desc(aligned, [16]))
 
 
 class FakeCompiled:
@@ -209,7 +213,7 @@ class FakeJit:
 
 
 def test_a_repeated_launch_takes_the_compiled_kernel(monkeypatch):
-    monkeypatch.setattr(launcher._boot, "INTERPRETING", False)
+    monkeypatch.setattr(_boot, "INTERPRETING", False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(fastpath, "COMPILED", {})
     k, c = FakeJit(), KernelConfig(64, 32, 4, 2)
@@ -222,6 +226,43 @@ def test_a_repeated_launch_takes_the_compiled_kernel(monkeypatch):
     launch(k, lambda c: (2, 3), c, a, b, 101, X=7)  # another integer: Triton's path again
     launch(k, lambda c: (2, 3), c, a, b[1:], 100, X=7)  # another alignment: again
     assert len(k.slow) == 3 and len(k.compiled.calls) == 1
+
+
+class FakeJitTwoConstexprs:
+    """A JIT function with parameters (A, N, C, D): two runtime, two constexpr."""
+
+    arg_names = ["A", "N", "C", "D"]
+
+    def __init__(self):
+        self.slow, self.compiled = [], FakeCompiled()
+
+    def __getitem__(self, grid):
+        def run(*args, num_warps, **constexprs):
+            self.slow.append((grid, args, constexprs, num_warps))
+            return self.compiled
+        return run
+
+
+def test_fastpath_launch_reuses_a_kernel_only_for_what_triton_specialises_alike(monkeypatch):
+    """The one launch every kernel of the library goes through on a GPU (the Triton kernels'
+    launcher, the decode kernels, the Gluon ones): any difference goes back to Triton."""
+    monkeypatch.setattr(_boot, "INTERPRETING", False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(fastpath, "COMPILED", {})
+    k, a = FakeJitTwoConstexprs(), torch.zeros(8)
+    assert fastpath.launch(k, (2, 3), (a, 100), dict(D=5, C=7), num_warps=4) is k.compiled
+    assert len(k.slow) == 1 and not k.compiled.calls
+    assert fastpath.launch(k, (2, 3), (a, 100), dict(D=5, C=7), num_warps=4) is k.compiled
+    # runtime arguments, then the constexprs in the kernel's parameter order; grid made 3-D
+    assert k.compiled.calls == [((2, 3, 1), (a, 100, 7, 5))] and len(k.slow) == 1
+    fastpath.launch(k, (2, 3), (a, 101), dict(D=5, C=7), num_warps=4)  # another integer
+    fastpath.launch(k, (2, 3), (a[1:], 100), dict(D=5, C=7), num_warps=4)  # another alignment
+    fastpath.launch(k, (2, 3), (a, 100), dict(D=6, C=7), num_warps=4)  # another constexpr
+    fastpath.launch(k, (2, 3), (a, 100), dict(D=5, C=7), num_warps=8)  # another launch option
+    assert len(k.slow) == 5 and len(k.compiled.calls) == 1
+    monkeypatch.setattr(_boot, "INTERPRETING", True)  # the interpreter: Triton's path
+    fastpath.launch(k, (2, 3), (a, 100), dict(D=5, C=7), num_warps=4)
+    assert len(k.slow) == 6 and len(k.compiled.calls) == 1
 
 
 @gpu

@@ -533,3 +533,26 @@ def test_probe_refuses_zero_rounds():
     out = subprocess.run([sys.executable, str(script), "--rounds", "0"], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 2 and "--rounds must be at least 1" in out.stderr
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("d, causal, switches", [(64, False, dict(consumers=3, open_left=True,
+                                                                   persistent=True)),
+                                                  (128, True, {})])
+def test_a_repeated_launch_takes_the_compiled_kernel_and_gives_the_same_bits(d, causal,
+                                                                             switches):
+    """After the first call of a shape the kernel is launched through the compiled kernel's
+    own launcher (fastpath): the same code, so the same bits; a new alignment goes back to
+    Triton's launch."""
+    from flashtext.kernels import fastpath
+
+    q, k, v, _ = make_inputs(Case(2, 4, 300, 300, d, causal, "float16"), DEVICE)
+    fastpath.COMPILED.clear()
+    first = gf.launch(q, k, v, causal, 0.125, **switches)
+    entries = [key for key in fastpath.COMPILED if key[0][0] is gf._attn_fwd_ws]
+    assert len(entries) == 1
+    again = gf.launch(q, k, v, causal, 0.125, **switches)
+    assert again[2] is first[2]  # the compiled kernel of the first call
+    assert torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
+    _check(q, k, v, causal, **switches)  # the fast path, held to the accuracy rule

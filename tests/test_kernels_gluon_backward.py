@@ -634,3 +634,28 @@ def test_the_gluon_backward_holds_no_more_memory_than_the_triton_one():
         del grads
     assert peaks["gluon"] <= peaks["triton"], peaks
     assert peaks["fused"] <= peaks["triton"] + 4 * q.numel(), peaks
+
+
+@sm90
+@gpu
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_repeated_launch_takes_the_compiled_kernel_and_gives_the_same_bits(fused):
+    """After the first call of a shape dK/dV is launched through the compiled kernel's own
+    launcher (fastpath): the same code, so the same bits (dQ is added by the copy engine in
+    any order, so it is held to the accuracy rule instead, by _check)."""
+    from flashtext.kernels import fastpath
+    from flashtext.kernels.api import attention_forward
+    from flashtext.kernels.backward import preprocess
+
+    q, k, v, do = make_inputs(Case(2, 4, 300, 300, 128, True, "float16"), DEVICE)
+    o, lse = attention_forward(q, k, v, causal=True, sm_scale=0.125)
+    delta = preprocess(o, do)
+    fastpath.COMPILED.clear()
+    runs = []
+    for _ in range(2):
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if fused else None
+        runs.append(gb.launch_dkdv(q, k, v, do, lse, delta, True, 0.125, dq_accum=dq))
+    assert [key for key in fastpath.COMPILED if key[0][0] is gb._attn_bwd_dkdv_ws]
+    assert runs[1][2] is runs[0][2]
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+    _check(q, k, v, do, True, 0.125, fused=fused)

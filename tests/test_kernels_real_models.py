@@ -251,58 +251,25 @@ def test_decode_split_is_the_rule_worked_out_once_per_shape(monkeypatch):
     assert len(calls) == 3, calls  # once per shape
 
 
-class _FakeCompiled:
-    """A compiled kernel as Triton's launch returns it: launched as kernel[grid](*args)."""
-
-    function = "cufunction"
-
-    def __init__(self):
-        self.calls = []
-
-    def run(self):  # present on a real CompiledKernel; the fast path requires it
-        raise AssertionError
-
-    def __getitem__(self, grid):
-        return lambda *args: self.calls.append((grid, args))
-
-
-class _FakeJit:
-    """A JIT function with parameters (A, N, C, D): two runtime, two constexpr."""
-
-    arg_names = ["A", "N", "C", "D"]
-
-    def __init__(self):
-        self.slow, self.compiled = [], _FakeCompiled()
-
-    def __getitem__(self, grid):
-        def run(*args, num_warps, **constexprs):
-            self.slow.append((grid, args, constexprs, num_warps))
-            return self.compiled
-        return run
-
-
-def test_a_repeated_decode_step_takes_the_compiled_kernel(monkeypatch):
-    """A step whose arguments Triton would specialise as an earlier step's launches the kernel
-    that step compiled, skipping Triton's binding; any difference goes back to Triton."""
+def test_both_decode_launches_go_through_the_fast_path(monkeypatch):
+    """flash_decode launches its two kernels through fastpath.launch, which reuses a compiled
+    kernel on a GPU (tested with the launch itself, test_kernels_config)."""
     from flashtext.kernels import decode, fastpath
 
-    monkeypatch.setattr(decode._boot, "INTERPRETING", False)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(fastpath, "COMPILED", {})
-    k, a = _FakeJit(), torch.zeros(8)
-    decode._launch(k, (2, 3), (a, 100), dict(D=5, C=7), num_warps=4)
-    assert len(k.slow) == 1 and not k.compiled.calls
-    decode._launch(k, (2, 3), (a, 100), dict(D=5, C=7), num_warps=4)
-    # runtime arguments, then the constexprs in the kernel's parameter order; grid made 3-D
-    assert k.compiled.calls == [((2, 3, 1), (a, 100, 7, 5))] and len(k.slow) == 1
-    decode._launch(k, (2, 3), (a, 101), dict(D=5, C=7), num_warps=4)  # another integer
-    decode._launch(k, (2, 3), (a[1:], 100), dict(D=5, C=7), num_warps=4)  # another alignment
-    decode._launch(k, (2, 3), (a, 100), dict(D=6, C=7), num_warps=4)  # another constexpr
-    decode._launch(k, (2, 3), (a, 100), dict(D=5, C=7), num_warps=8)  # another launch option
-    assert len(k.slow) == 5 and len(k.compiled.calls) == 1
-    monkeypatch.setattr(decode._boot, "INTERPRETING", True)  # the interpreter: Triton's path
-    decode._launch(k, (2, 3), (a, 100), dict(D=5, C=7), num_warps=4)
-    assert len(k.slow) == 6 and len(k.compiled.calls) == 1
+    launched, real = [], fastpath.launch
+
+    def watching(kernel_fn, *args, **kwargs):
+        launched.append(kernel_fn)
+        return real(kernel_fn, *args, **kwargs)
+
+    monkeypatch.setattr(fastpath, "launch", watching)
+    kc, vc = _cache(1, 2, 100, 16, seed=3)
+    q = _rand(1, 4, 1, 16, seed=4)
+    lens = torch.tensor([77], device=DEVICE, dtype=torch.int32)
+    flash_decode(q, kc, vc, lens, num_splits=3)
+    assert launched == [decode._decode_partial, decode._decode_combine]
+    flash_decode(q, kc, vc, lens, num_splits=1)  # one split: the partial kernel writes O
+    assert launched[2:] == [decode._decode_partial]
 
 
 @gpu

@@ -263,11 +263,11 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         return (out, lse) if return_lse else out
     o_part, l_part = _launch_partials(q, k_cache, v_cache, cache_seqlens, block_table, scale,
                                       num_splits, causal, capacity)
-    _launch(_decode_combine, (n_new, batch * heads),
-            (o_part, l_part, out, lse, num_splits, heads, n_new, *o_part.stride()[:4],
-             *out.stride()),
-            dict(HEAD_DIM=d, BLOCK_D=block_d(d),
-                 BLOCK_S=max(2, triton.next_power_of_2(num_splits))), num_warps=4)
+    fastpath.launch(_decode_combine, (n_new, batch * heads),
+                    (o_part, l_part, out, lse, num_splits, heads, n_new, *o_part.stride()[:4],
+                     *out.stride()),
+                    dict(HEAD_DIM=d, BLOCK_D=block_d(d),
+                         BLOCK_S=max(2, triton.next_power_of_2(num_splits))), num_warps=4)
     return (out, lse) if return_lse else out
 
 
@@ -295,25 +295,6 @@ def _splits_for(batch: int, h_kv: int, rows: int, n_k: int, sms: int, block_m: i
     return choose_num_splits(batch, h_kv, rows, n_k, sms=sms, block_m=block_m, block_n=block_n)
 
 
-def _launch(kernel_fn, grid: tuple, args: tuple, constexprs: dict, **options) -> None:
-    """``kernel_fn[grid](*args, **constexprs, **options)``, through the compiled kernel's own
-    launcher once an earlier step had arguments Triton specialises the same way
-    (:mod:`flashtext.kernels.fastpath`, as the dense kernels' launcher does): a decode step at
-    batch 1 is a few microseconds of GPU work, and Triton's argument binding costs tens of
-    microseconds a launch. The interpreter always takes Triton's path."""
-    key = None if _boot.INTERPRETING else fastpath.fast_key(
-        (kernel_fn, tuple(sorted(constexprs.items()))), tuple(sorted(options.items())),
-        list(args))
-    compiled = fastpath.COMPILED.get(key) if key is not None else None
-    if compiled is not None:
-        kernel, order = compiled
-        kernel[grid + (1,) * (3 - len(grid))](*args, *(constexprs[name] for name in order))
-        return
-    kernel = kernel_fn[grid](*args, **constexprs, **options)
-    if key is not None:
-        fastpath.remember(key, kernel_fn, kernel, len(args), set(constexprs))
-
-
 def _launch_partials(q, k_cache, v_cache, cache_seqlens, block_table, scale, num_splits, causal,
                      capacity, out=None, lse=None):
     """Launch 1: per-split normalised outputs (batch, heads, splits, N_new, d) and lses (batch,
@@ -335,13 +316,15 @@ def _launch_partials(q, k_cache, v_cache, cache_seqlens, block_table, scale, num
                              device=q.device)
         o_strides, l_strides = o_part.stride(), l_part.stride()[:3]
     table = block_table if block_table is not None else cache_seqlens  # unused when dense
-    _launch(_decode_partial, (num_splits, batch * h_kv, triton.cdiv(group * n_new, block_m)),
-            (q, k_cache, v_cache, o_part, l_part, cache_seqlens, table, scale * LOG2E,
-             *q.stride(), *k_cache.stride(), *v_cache.stride(), *o_strides, *l_strides,
-             table.stride(0), h_kv, group, n_new, chunk, k_cache.shape[2]),
-            dict(CAUSAL=causal, PAGED=block_table is not None, HEAD_DIM=d, BLOCK_D=block_d(d),
-                 BLOCK_M=block_m, BLOCK_N=block_n, INPUT_PRECISION=input_precision(q.dtype)),
-            num_warps=warps, num_stages=stages)
+    grid = (num_splits, batch * h_kv, triton.cdiv(group * n_new, block_m))
+    fastpath.launch(_decode_partial, grid,
+                    (q, k_cache, v_cache, o_part, l_part, cache_seqlens, table, scale * LOG2E,
+                     *q.stride(), *k_cache.stride(), *v_cache.stride(), *o_strides, *l_strides,
+                     table.stride(0), h_kv, group, n_new, chunk, k_cache.shape[2]),
+                    dict(CAUSAL=causal, PAGED=block_table is not None, HEAD_DIM=d,
+                         BLOCK_D=block_d(d), BLOCK_M=block_m, BLOCK_N=block_n,
+                         INPUT_PRECISION=input_precision(q.dtype)),
+                    num_warps=warps, num_stages=stages)
     return o_part, l_part
 
 

@@ -20,8 +20,9 @@ def arg_key(a):
 
     Triton 3.6/3.7 specialise a tensor on its dtype and on whether its address is a multiple
     of 16, an integer on its width and on being 1 or a multiple of 16, a host tensor
-    descriptor on its dtype and block shape; floats not at all. This key keeps the exact
-    address remainder, the exact integer and the descriptor's every field."""
+    descriptor on its dtype and block shape (a Gluon one on its shared-memory layout too);
+    floats not at all. This key keeps the exact address remainder, the exact integer and the
+    descriptor's every field."""
     import torch
 
     if isinstance(a, torch.Tensor):
@@ -35,7 +36,8 @@ def arg_key(a):
     base = getattr(a, "base", None)
     if isinstance(base, torch.Tensor) and hasattr(a, "block_shape"):
         return ("d", base.dtype, base.device, base.data_ptr() % 16, tuple(a.shape),
-                tuple(a.strides), tuple(a.block_shape), getattr(a, "padding", None))
+                tuple(a.strides), tuple(a.block_shape), getattr(a, "padding", None),
+                getattr(a, "layout", None), getattr(a, "round_f32_to_tf32", None))
     return _NO_KEY
 
 
@@ -61,4 +63,25 @@ def remember(key: tuple, kernel_fn, kernel, n_runtime: int, constexpr_names: set
         COMPILED[key] = (kernel, tuple(order))
 
 
-__all__ = ["COMPILED", "arg_key", "fast_key", "remember"]
+def launch(kernel_fn, grid: tuple, args, constexprs: dict, **options):
+    """``kernel_fn[grid](*args, **constexprs, **options)``, through the compiled kernel's own
+    launcher once an earlier launch had arguments Triton specialises the same way; returns the
+    compiled kernel. A short call is a few microseconds of GPU work, and Triton's argument
+    binding costs tens of microseconds a launch. The interpreter always takes Triton's path."""
+    from flashtext import _boot
+
+    args = list(args)
+    key = None if _boot.INTERPRETING else fast_key(
+        (kernel_fn, tuple(sorted(constexprs.items()))), tuple(sorted(options.items())), args)
+    compiled = COMPILED.get(key) if key is not None else None
+    if compiled is not None:
+        kernel, order = compiled
+        kernel[tuple(grid) + (1,) * (3 - len(grid))](*args, *(constexprs[n] for n in order))
+        return kernel
+    kernel = kernel_fn[tuple(grid)](*args, **constexprs, **options)
+    if key is not None:
+        remember(key, kernel_fn, kernel, len(args), set(constexprs))
+    return kernel
+
+
+__all__ = ["COMPILED", "arg_key", "fast_key", "launch", "remember"]

@@ -61,6 +61,7 @@ from __future__ import annotations
 import torch
 
 from flashtext.fa2 import LOG2E
+from flashtext.kernels import fastpath
 from flashtext.kernels.gluon_forward import (
     HAVE_GLUON,
     SUPPORTED_DTYPES,
@@ -558,11 +559,11 @@ def launch_dkdv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Ten
     dk_desc = _descriptor(dk, WG_N)
     # without a fused dQ the kernel never touches dq_desc: dK's descriptor stands in
     dq_desc = _dq_descriptor(dq_accum) if dq_accum is not None else dk_desc
-    kernel = _attn_bwd_dkdv_ws[(n_n_blocks * z * h_kv,)](
+    kernel = fastpath.launch(_attn_bwd_dkdv_ws, (n_n_blocks * z * h_kv,), (
         _descriptor(q, block_m), _descriptor(k, WG_N), _descriptor(v, WG_N),
         _descriptor(do, block_m), dk_desc, _descriptor(dv, WG_N), dq_desc, lse, delta,
-        sm_scale, sm_scale * LOG2E, h_kv, h // h_kv, n_q, n_k, left, right, n_n_blocks,
-        **constants, num_warps=4)
+        sm_scale, sm_scale * LOG2E, h_kv, h // h_kv, n_q, n_k, left, right, n_n_blocks),
+        constants, num_warps=4)
     return dk, dv, kernel
 
 

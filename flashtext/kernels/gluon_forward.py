@@ -55,6 +55,7 @@ import torch
 
 from flashtext.fa2 import LN2, LOG2E
 from flashtext.fa4_softmax import exp2_asm, exp2_poly_coefficients
+from flashtext.kernels import fastpath
 
 try:  # Gluon ships with Triton >= 3.5; the CPU machine may lack it or run the interpreter
     from triton.experimental import gluon
@@ -654,10 +655,10 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_s
     n_m_blocks = -(-n_q // (constants["NUM_WG"] * WG_M))
     n_tiles = n_m_blocks * z * h
     programs = min(n_tiles, _sm_count(q.device.index)) if constants["PERSISTENT"] else n_tiles
-    kernel = _attn_fwd_ws[(programs,)](
+    kernel = fastpath.launch(_attn_fwd_ws, (programs,), (
         _descriptor(q, WG_M), _descriptor(k, constants["BLOCK_N"]),
         _descriptor(v, constants["BLOCK_N"]), _descriptor(o, WG_M), lse, sm_scale * LOG2E,
-        h, h // h_kv, n_q, n_k, left, right, n_m_blocks, n_tiles, **constants, num_warps=4)
+        h, h // h_kv, n_q, n_k, left, right, n_m_blocks, n_tiles), constants, num_warps=4)
     return o, lse, kernel
 
 

@@ -13,7 +13,6 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from flashtext import _boot
 from flashtext.kernels import fastpath
 from flashtext.kernels.config import KernelConfig
 
@@ -84,28 +83,17 @@ def launch(kernel_fn, grid_fn, config: KernelConfig, *args, **constexprs) -> Ker
         resolved = [a(current) if isinstance(a, PerConfig) else a for a in args]
         for seen in _WATCHERS:
             seen.append(Launch(getattr(kernel_fn, "__name__", str(kernel_fn)), current, resolved))
-        fast_key = None if _boot.INTERPRETING else fastpath.fast_key(key, current, resolved)
-        compiled = fastpath.COMPILED.get(fast_key) if fast_key is not None else None
-        grid = tuple(grid_fn(current))
-        if compiled is not None:
-            kernel, order = compiled
-            meta = {**constexprs, "BLOCK_M": current.BLOCK_M, "BLOCK_N": current.BLOCK_N}
-            kernel[grid + (1,) * (3 - len(grid))](*resolved, *(meta[name] for name in order))
-            return current
+        meta = {**constexprs, "BLOCK_M": current.BLOCK_M, "BLOCK_N": current.BLOCK_N}
         try:
-            kernel = kernel_fn[grid](
-                *resolved, **constexprs, BLOCK_M=current.BLOCK_M, BLOCK_N=current.BLOCK_N,
-                num_warps=current.num_warps, num_stages=current.num_stages)
-        except OutOfResources:
+            fastpath.launch(kernel_fn, grid_fn(current), resolved, meta,
+                            num_warps=current.num_warps, num_stages=current.num_stages)
+        except OutOfResources:  # raised by a first compile only; the fast path never does
             nxt = current.smaller()
             if nxt is None:
                 raise
             current = nxt
             continue
         _FITS[key] = current
-        if fast_key is not None:
-            fastpath.remember(fast_key, kernel_fn, kernel, len(resolved),
-                              {*constexprs, "BLOCK_M", "BLOCK_N"})
         return current
     raise AssertionError("unreachable")
 
