@@ -556,3 +556,23 @@ def test_a_repeated_launch_takes_the_compiled_kernel_and_gives_the_same_bits(d, 
     assert again[2] is first[2]  # the compiled kernel of the first call
     assert torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
     _check(q, k, v, causal, **switches)  # the fast path, held to the accuracy rule
+
+
+@pytest.mark.skipif(not gf.HAVE_GLUON, reason="this Triton has no Gluon")
+def test_descriptor_layouts_are_worked_out_once_per_tile_shape_and_dtype():
+    """A launch builds four descriptors (dK/dV seven); each one's shared-memory layout is Gluon's
+    default for its tile, looked up after the first, never another tile's or dtype's."""
+    from triton.experimental.gluon import language as gl
+
+    gf._shared_layout.cache_clear()
+    q = torch.empty(2, 4, 300, 64, dtype=torch.float16)
+    first, again = gf._descriptor(q, 64), gf._descriptor(q[:1], 64)
+    assert again.layout is first.layout and gf._shared_layout.cache_info().hits == 1
+    assert first.layout == gl.NVMMASharedLayout.get_default_for([1, 1, 64, 64], gl.float16)
+    other = [gf._descriptor(q, 128).layout, gf._descriptor(q.to(torch.bfloat16), 64).layout,
+             gf._descriptor(torch.empty(2, 4, 300, 128, dtype=torch.float16), 64).layout]
+    assert gf._shared_layout.cache_info().misses == 4
+    for layout, (block, dtype) in zip(other, (([1, 1, 128, 64], gl.float16),
+                                              ([1, 1, 64, 64], gl.bfloat16),
+                                              ([1, 1, 64, 128], gl.float16)), strict=True):
+        assert layout == gl.NVMMASharedLayout.get_default_for(block, dtype)

@@ -66,6 +66,7 @@ from flashtext.kernels.gluon_forward import (
     HAVE_GLUON,
     SUPPORTED_DTYPES,
     _descriptor,
+    _shared_layout,
     _tma_layout_ok,
     _window_bounds,
     gluon_supported,
@@ -571,8 +572,8 @@ def _dq_descriptor(t: torch.Tensor):
     """The copy engine's view of the (float32) dQ accumulator: 64 x 64 tiles, one warpgroup's
     share."""
     block = [1, 1, 64, 64]
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float32)
-    return _GluonDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+    return _GluonDescriptor(t, list(t.shape), list(t.stride()), block,
+                            _shared_layout(tuple(block), gl.float32))
 
 
 def _checked_buffer(name: str, t, shape: tuple[int, ...], dtype: torch.dtype,

@@ -495,8 +495,16 @@ def _descriptor(t: torch.Tensor, rows: int):
     """A 4-D copy-engine descriptor over t (Z, H, N, d): tiles [1, 1, rows, d] at
     coordinates [batch, head, first row, 0]; rows past N read as zeros, writes past N clip."""
     block = [1, 1, rows, t.shape[-1]]
-    layout = gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(t.dtype))
+    layout = _shared_layout(tuple(block), _gl_dtype(t.dtype))
     return GluonDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_layout(block: tuple[int, ...], dtype):
+    """The shared-memory (NVMMA) layout of a tile, worked out once per block shape and dtype:
+    Gluon's ``get_default_for`` costs about 10 us of host time a call, and every launch builds
+    four descriptors (the dK/dV kernel seven)."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), dtype)
 
 
 def _tma_layout_ok(t: torch.Tensor) -> bool:
