@@ -19,7 +19,7 @@ from flashtext.kernels import (
     plan,
 )
 from flashtext.kernels.accuracy import Case, measure, model_cases
-from tests.kernel_helpers import DEVICE, ON_GPU, _np, _rand, gpu, launched_on
+from tests.kernel_helpers import DEVICE, ON_GPU, FakeCompiled, _np, _rand, gpu, launched_on
 
 CPU_MODELS = model_cases("cpu", ("float32", "float16"))
 GPU_MODELS = model_cases("gpu", ("float32", "float16", "bfloat16"))
@@ -251,28 +251,13 @@ def test_decode_split_is_the_rule_worked_out_once_per_shape(monkeypatch):
     assert len(calls) == 3, calls  # once per shape
 
 
-class _FakeCompiled:
-    """A compiled kernel as Triton's launch returns it: launched as kernel[grid](*args)."""
-
-    function = "cufunction"
-
-    def __init__(self):
-        self.calls = []
-
-    def run(self):  # present on a real CompiledKernel; the fast path requires it
-        raise AssertionError
-
-    def __getitem__(self, grid):
-        return lambda *args: self.calls.append((grid, args))
-
-
 class _FakeJit:
     """A JIT function with parameters (A, N, C, D): two runtime, two constexpr."""
 
     arg_names = ["A", "N", "C", "D"]
 
     def __init__(self):
-        self.slow, self.compiled = [], _FakeCompiled()
+        self.slow, self.compiled = [], FakeCompiled()
 
     def __getitem__(self, grid):
         def run(*args, num_warps, **constexprs):
