@@ -60,3 +60,19 @@ def assert_has_gqa_and_windows(cases) -> None:
     """A model sweep still holds K/V groups of 1, 4 and 8 query heads and three windows."""
     assert {c.heads // (c.heads_kv or c.heads) for c in cases} >= {1, 4, 8}
     assert len({c.window for c in cases}) >= 3
+
+
+class FakeCompiled:
+    """A compiled kernel as Triton's launch returns it, launched as kernel[grid](*args): what a
+    fast-path test checks that a repeated launch reused."""
+
+    function = "cufunction"
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self):  # present on a real CompiledKernel; the fast path requires it
+        raise AssertionError
+
+    def __getitem__(self, grid):
+        return lambda *args: self.calls.append((grid, args))

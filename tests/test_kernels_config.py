@@ -12,7 +12,7 @@ from flashtext.kernels import config as cfg
 from flashtext.kernels import fastpath
 from flashtext.kernels.config import KernelConfig, block_d, launch_config
 from flashtext.kernels.launcher import launch
-from tests.kernel_helpers import _rand, gpu
+from tests.kernel_helpers import FakeCompiled, _rand, gpu
 
 
 @pytest.mark.parametrize("d,want", [(1, 16), (16, 16), (17, 32), (40, 64), (64, 64), (80, 128),
@@ -179,21 +179,6 @@ def test_arg_key_is_at_least_as_fine_as_tritons_specialisation():
     gluon_a, gluon_b = Desc(aligned, [16]), Desc(aligned, [16])  # a Gluon descriptor's layout
     gluon_a.layout, gluon_b.layout = ("swizzle", 128), ("swizzle", 64)
     assert arg_key(gluon_a) != arg_key(gluon_b) != arg_key(Desc(aligned, [16]))
-
-
-class FakeCompiled:
-    """What Triton's slow path returns: a compiled kernel that is launched as kernel[grid](...)."""
-
-    function = "cufunction"
-
-    def __init__(self):
-        self.calls = []
-
-    def run(self):  # present on a real CompiledKernel; the fast path requires it
-        raise AssertionError
-
-    def __getitem__(self, grid):
-        return lambda *args: self.calls.append((grid, args))
 
 
 class FakeJit:
