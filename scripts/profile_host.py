@@ -2,6 +2,8 @@
 
     python scripts/profile_host.py [--d 128] [--n 512 4096] [--dtype fp16] [--json PATH]
                                    [--cprofile N] [--launch] [--pieces] [--name host_h200]
+    python scripts/profile_host.py --forward-kernels --d 128 64 --n 512 1024 2048 \
+                                   --dtype fp16 bf16 --name host_forward_h200
 
 A call is *host-bound* when Python and the launcher take longer to enqueue its kernels than the
 GPU takes to run them: the GPU then waits, and a benchmark that times the call measures the host.
@@ -9,6 +11,13 @@ For each configuration this enqueues ``calls`` calls back to back and reads two 
 host's (``perf_counter`` until the last call returns, before any synchronisation) and the GPU's
 (CUDA events around the same calls). ``--cprofile N`` also prints the N most expensive functions
 (cumulative) of the host side of one fwd+bwd at the first N and d, descriptors on.
+
+``--forward-kernels``: the forward alone through each kernel ``flash_attention`` can run (its
+choice, the Gluon forward, the Triton forward) and SDPA's cuDNN backend, at both masks, three
+clocks each: the host's (median of single calls), the GPU's (the calls back to back behind a
+sleeping kernel) and ``triton.testing.do_bench``'s with its L2 flush, as the sweep times a row.
+Where the host takes longer than the flush and the kernel together, the GPU waits for the host
+between the benchmark's two events, and do_bench's time is the host's, not the kernel's.
 """
 
 from __future__ import annotations
@@ -70,6 +79,58 @@ def measure(call, calls: int = 50) -> dict:
     gpu_ms = start.elapsed_time(end) / calls
     return {"host_ms": round(host_ms, 4), "gpu_ms": round(gpu_ms, 4),
             "host_bound": host_ms > 0.9 * gpu_ms}
+
+
+def forward_kernels(dtype: str, d: int, n: int, causal: bool, calls: int = 60) -> list[dict]:
+    """One row per forward kernel (``flash_attention``'s choice, ``gluon``, ``triton``) and
+    SDPA cuDNN: host us per call (the median of ``calls`` single calls, each timed alone, so a
+    garbage collection or a stray interrupt moves one call, not the figure), GPU us per call
+    (back to back behind a sleep: the kernels alone) and do_bench's median (L2 flushed before
+    each call, CUDA events around it). Every output is checked against the first's."""
+    import statistics
+
+    import torch
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from flashtext.kernels import flash_attention
+
+    q, k, v, _ = inputs(dtype, d, n)
+
+    def ours(kernel):
+        return lambda: flash_attention(q, k, v, causal=causal, forward_kernel=kernel)
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    calls_by_name = {"ours": ours("auto"), "gluon": ours("gluon"), "triton": ours("triton"),
+                     "cudnn": cudnn}
+    rows, first = [], None
+    for name, call in calls_by_name.items():
+        out = call()
+        if first is None:
+            first = out
+        err = ((out.float() - first.float()).abs().max() / first.float().abs().max()).item()
+        assert err < 2e-2, f"{name} disagrees with {next(iter(calls_by_name))}: {err:.2e}"
+        for _ in range(5):
+            call()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(1e9))  # ~0.5 s of GPU: no call below waits for the GPU
+        single = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            call()
+            single.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+        host = statistics.median(single) * 1e6
+        r = measure(call, calls)
+        bench = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
+        rows.append({"kernel": name, "dtype": dtype, "d": d, "n": n, "causal": causal,
+                     "batch": q.shape[0], "heads": q.shape[1],
+                     "host_us": round(host, 1), "gpu_us": round(r["gpu_ms"] * 1e3, 1),
+                     "do_bench_us": round(bench * 1e3, 1)})
+    return rows
 
 
 def host_us(fn, reps: int, sleep_cycles: int) -> float:
@@ -208,7 +269,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, nargs="+", default=[128])
     ap.add_argument("--n", type=int, nargs="+", default=[512, 4096])
-    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp16")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), nargs="+", default=["fp16"])
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--cprofile", type=int, default=0, metavar="N")
@@ -218,10 +279,15 @@ def main() -> None:
     ap.add_argument("--pieces", action="store_true",
                     help="also time the host side of each piece of one fwd+bwd (d, N: the "
                          "first of --d, --n; causal)")
+    ap.add_argument("--forward-kernels", action="store_true",
+                    help="instead: the forward through each kernel and cuDNN, host / GPU / "
+                         "do_bench time per call (every --d, --n, --dtype, both masks)")
     ap.add_argument("--name", default=None,
                     help="save the rows as flashtext/data/NAME.json (e.g. host_h200)")
     args = ap.parse_args()
-    dtype = DTYPES[args.dtype]
+    if args.forward_kernels:
+        return main_forward_kernels(args)
+    dtype = DTYPES[args.dtype[0]]
     rows = []
     for variant in args.variants:
         _set_loads(variant)
@@ -261,6 +327,29 @@ def main() -> None:
             "what": "host ms = Python + launch time per call, enqueued back to back; GPU ms = "
                     "the same calls queued behind a sleeping kernel (kernels alone)",
             "launch": launch, "pieces": pieces, "cprofile": profile, "rows": rows}))
+
+
+def main_forward_kernels(args) -> None:
+    rows = []
+    for dtype in args.dtype:
+        for d in args.d:
+            for n in args.n:
+                for causal in (False, True):
+                    got = forward_kernels(DTYPES[dtype], d, n, causal, args.calls)
+                    rows += got
+                    print(f"{dtype} d={d} N={n:5} causal={causal!s:5} host / GPU / do_bench us: "
+                          + " | ".join(f"{r['kernel']} {r['host_us']:.0f} / {r['gpu_us']:.0f}"
+                                       f" / {r['do_bench_us']:.0f}" for r in got), flush=True)
+    if args.name:
+        from flashtext import recorded
+
+        print("saved", recorded.save(args.name, {
+            "kind": "host_vs_gpu_forward", "argv": sys.argv[1:], "calls": args.calls,
+            "what": "forward alone, per kernel: host_us = median of single calls (Python + "
+                    "launch), gpu_us = the calls back to back behind a sleeping kernel, "
+                    "do_bench_us = triton.testing.do_bench median (L2 flushed before each "
+                    "call), as the sweep times a row; ours = flash_attention's own choice",
+            "rows": rows}, measured=("flashtext.kernels.api",)))
 
 
 if __name__ == "__main__":
