@@ -56,12 +56,17 @@ VARIANTS = {
     "open_left": {"open_left": True},  # a left edge that hides nothing: ptxas spills less
     "three_wg_open": {"consumers": 3, "open_left": True},
     "three_wg_open_persistent": {"consumers": 3, "open_left": True, "persistent": True},
+    # the ping-pong turns on named barriers (bar.sync / bar.arrive), as FlashAttention-3 does
+    "named_turn": {"named_turn": True},
+    "persistent_named": {"persistent": True, "named_turn": True},
+    "three_wg_open_persistent_named": {"consumers": 3, "open_left": True, "persistent": True,
+                                       "named_turn": True},
 }
 ALT_STAGES = {64: 2, 128: 3, 256: 1}
 # head dims a variant is checked and timed at (default: 64 and 128); three consumers of 160
 # registers spill at d = 128 (O alone is 64 of them)
 VARIANT_DIMS = {"three_wg": (64,), "three_wg_n64": (64,), "three_wg_open": (64,),
-                "three_wg_open_persistent": (64,)}
+                "three_wg_open_persistent": (64,), "three_wg_open_persistent_named": (64,)}
 
 
 def switches_for(variant: str, d: int) -> dict:

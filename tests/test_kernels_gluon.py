@@ -87,6 +87,12 @@ def test_kernel_constants_validate():
             gf.kernel_constants(64, False, consumers=bad)
     with pytest.raises(ValueError, match="consumers=3 does not fit d = 256"):
         gf.kernel_constants(256, False, consumers=3)
+    # the turn: 0 off, 1 on mbarriers (the default), 2 on named barriers
+    assert gf.kernel_constants(128, False)["PINGPONG"] == 1
+    assert gf.kernel_constants(128, False, pingpong=False)["PINGPONG"] == 0
+    assert gf.kernel_constants(128, False, named_turn=True)["PINGPONG"] == 2
+    with pytest.raises(ValueError, match="named_turn=True .* needs pingpong=True"):
+        gf.kernel_constants(128, False, pingpong=False, named_turn=True)
 
 
 def test_not_supported_off_sm90():
@@ -183,6 +189,15 @@ _COMPILE = textwrap.dedent("""
                              persistent=not causal)
         counts[f"three_open_spills_{causal}"] = len(
             re.findall(r"\\b(LDL|STL)\\b", sass_of(built.asm["cubin"])))
+    # the ping-pong turns on named barriers: FlashAttention-3's bar.sync / bar.arrive
+    named = compile_sm90(128, torch.float16, causal=True, window=(256, -1),
+                         named_turn=True).asm["ptx"]
+    counts["named"] = {k: named.count(k) for k in (
+        "bar.sync 8, 256", "bar.sync 9, 256", "bar.arrive 8, 256", "bar.arrive 9, 256",
+        "mbarrier.try_wait", "mbarrier.arrive")}
+    counts["named"]["triton_ids"] = sorted({int(i) for i in re.findall(
+        r"\\bbar(?:rier)?\\.sync\\s+(\\d+)(?:,\\s*\\d+)?;", named)} - {8, 9})
+    counts["mbarrier.arrive"] = ptx.count("mbarrier.arrive")
     print(json.dumps(counts))
 """)
 
@@ -219,6 +234,15 @@ def test_compiles_for_sm90_without_a_gpu():
     assert three["mbarrier.init.shared::cta.b64"] == 3 * 3 + 4 * 3, three
     # ptxas fits them in 160 registers with the left-edge test compiled in: no spill
     assert counts["three_open_spills_False"] == counts["three_open_spills_True"] == 0, counts
+    # named turns: each consumer waits for its turn in three places (before the first S, in
+    # the loop, before the last P V) and passes it in as many, warpgroup 1 once more at the
+    # start; the turn's mbarrier waits and arrives go; Triton's own barriers keep ids below 8
+    named = counts["named"]
+    assert named["bar.sync 8, 256"] == named["bar.sync 9, 256"] == 3, named
+    assert (named["bar.arrive 9, 256"], named["bar.arrive 8, 256"]) == (3, 4), named
+    assert named["mbarrier.try_wait"] == counts["mbarrier.try_wait"] - 6, (named, counts)
+    assert named["mbarrier.arrive"] == counts["mbarrier.arrive"] - 7, (named, counts)
+    assert named["triton_ids"] and max(named["triton_ids"]) < gf.TURN_BARRIER_BASE, named
 
 
 # ---------------------------------------------------------------- GPU: against float64
@@ -411,7 +435,11 @@ def test_scale_sign_and_size(sm_scale):
                                       dict(consumers=3, block_n=64, stages=4),
                                       dict(open_left=True),
                                       dict(consumers=3, open_left=True),
-                                      dict(consumers=3, open_left=True, persistent=True)],
+                                      dict(consumers=3, open_left=True, persistent=True),
+                                      dict(named_turn=True),
+                                      dict(named_turn=True, persistent=True),
+                                      dict(consumers=3, open_left=True, persistent=True,
+                                           named_turn=True)],
                          ids=str)
 @pytest.mark.parametrize("d", [64, 128])
 def test_variants(switches, d):

@@ -78,6 +78,9 @@ HEAD_DIMS = (64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 
 
+TURN_BARRIER_BASE = 8  # the first named barrier of the ping-pong turns (named_turn)
+
+
 def tile_config(head_dim: int) -> tuple[int, int]:
     """(BLOCK_N, STAGES) per head dimension: the widest key tile and deepest ring whose
     registers (O: 64 x d fp32 and S: 64 x BLOCK_N fp32 per warpgroup, 240 a thread) and shared
@@ -183,17 +186,40 @@ if HAVE_GLUON:
         tma.async_copy_global_to_shared(desc, [off_z, off_hk, j * BLOCK_N, 0],
                                         ready.index(slot), smem.index(slot))
 
+    @gluon.constexpr_function
+    def _named_barrier_asm(op, wg):
+        # barrier 8 + w is warpgroup w's turn: it waits there (bar.sync, its 128 threads) for
+        # the warpgroup before it to arrive (bar.arrive, 128 more); Triton's own barriers take
+        # the lower ids (the whole CTA's and each partition's)
+        from flashtext.kernels import gluon_forward as this
+        return f"bar.{op} {this.TURN_BARRIER_BASE + wg}, 256;\n\tmov.b32 $0, $1;"
+
+    @gluon.jit
+    def _named_barrier(op: gl.constexpr, wg: gl.constexpr):
+        """One bar.sync / bar.arrive per thread: an int32 tensor with one element a thread
+        carries the instruction (a warpgroup's 128 threads, 4 warps)."""
+        one_each: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        token = gl.zeros([128], gl.int32, one_each)
+        gl.inline_asm_elementwise(_named_barrier_asm(op, wg), "=r,r", [token], dtype=gl.int32,
+                                  is_pure=False, pack=1)
+
     @gluon.jit
     def _wait_turn(turn, WG: gl.constexpr, t, PINGPONG: gl.constexpr):
         """Ping-pong: wait until the warpgroup before this one has issued its GEMMs (the t-th
-        turn; with three consumers the turn goes round 0 -> 1 -> 2 -> 0)."""
-        if PINGPONG:
+        turn; with three consumers the turn goes round 0 -> 1 -> 2 -> 0). PINGPONG 1: on an
+        mbarrier (one thread arrives, after a warpgroup barrier Triton adds); 2: on a named
+        hardware barrier, as FlashAttention-3 does (every thread arrives, nothing added)."""
+        if PINGPONG == 1:
             mbarrier.wait(turn.index(WG), t & 1)
+        elif PINGPONG == 2:
+            _named_barrier("sync", WG)
 
     @gluon.jit
     def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr):
-        if PINGPONG:
+        if PINGPONG == 1:
             mbarrier.arrive(turn.index((WG + 1) % NUM_WG), count=1)
+        elif PINGPONG == 2:
+            _named_barrier("arrive", (WG + 1) % NUM_WG)
 
     @gluon.jit
     def _to_operand(p, dtype: gl.constexpr, PACK_P: gl.constexpr):
@@ -564,7 +590,8 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
                      pingpong: bool = True, persistent: bool = False,
                      rescale_threshold: float = 0.0, poly_per_8: int = 0, poly_degree: int = 3,
                      pack_p: bool = True, consumers: int = 2, block_n: int | None = None,
-                     stages: int | None = None, open_left: bool = False) -> dict:
+                     stages: int | None = None, open_left: bool = False,
+                     named_turn: bool = False) -> dict:
     """The compile-time constants of one kernel variant.
 
     ``pingpong``: turn-taking of the two consumer warpgroups. ``persistent``: one program per
@@ -576,7 +603,9 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
     registers (128 query rows a program) or 3 of 160 (192 rows, FlashAttention-3's choice at
     d = 64). ``block_n`` / ``stages`` override :func:`tile_config`. ``open_left``: a call without
     a left edge gets one that hides no key (see :func:`_window_bounds`); it costs one compare a
-    tile, and with it ptxas fits the loop in registers where a right edge alone makes it spill."""
+    tile, and with it ptxas fits the loop in registers where a right edge alone makes it spill.
+    ``named_turn``: the ping-pong turns on named hardware barriers (``bar.sync`` /
+    ``bar.arrive`` by every thread, FlashAttention-3's way) instead of mbarriers."""
     if not (isinstance(poly_per_8, int) and 0 <= poly_per_8 <= 8):
         raise ValueError(f"poly_per_8 must be an integer from 0 to 8, got {poly_per_8!r}")
     if not (rescale_threshold >= 0 and math.isfinite(rescale_threshold)):
@@ -593,12 +622,15 @@ def kernel_constants(head_dim: int, causal: bool, window=(-1, -1), sm_scale: flo
     if persistent and head_dim == 256:
         raise ValueError("persistent needs O's own staging buffer, which does not fit next to "
                          "d = 256's Q and K/V ring in shared memory")
+    if named_turn and not pingpong:
+        raise ValueError("named_turn=True takes the ping-pong turns on named barriers; it "
+                         "needs pingpong=True")
     default_n, default_stages = tile_config(head_dim)
     left, right = window
     return dict(HEAD_DIM=head_dim, BLOCK_N=block_n or default_n,
                 STAGES=stages or default_stages, HAS_LEFT=left >= 0 or bool(open_left),
                 HAS_RIGHT=causal or right >= 0, NEG_SCALE=sm_scale < 0, LPT=causal,
-                PERSISTENT=bool(persistent), PINGPONG=bool(pingpong),
+                PERSISTENT=bool(persistent), PINGPONG=(2 if named_turn else 1) if pingpong else 0,
                 RESCALE_THRESHOLD=float(rescale_threshold), POLY_PER_8=poly_per_8,
                 POLY_DEGREE=poly_degree, PACK_P=bool(pack_p), NUM_WG=consumers)
 
