@@ -56,6 +56,7 @@ import torch
 from flashtext.fa2 import LN2, LOG2E
 from flashtext.fa4_softmax import exp2_asm, exp2_poly_coefficients
 from flashtext.kernels import fastpath
+from flashtext.kernels.gluon_turns import TURN_BARRIER_BASE
 
 try:  # Gluon ships with Triton >= 3.5; the CPU machine may lack it or run the interpreter
     from triton.experimental import gluon
@@ -71,14 +72,18 @@ try:  # Gluon ships with Triton >= 3.5; the CPU machine may lack it or run the i
     HAVE_GLUON = True
 except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GLUON = False
+if HAVE_GLUON:
+    from flashtext.kernels.gluon_turns import (  # noqa: F401 (shown in chapter 13)
+        _named_barrier,
+        _named_barrier_asm,
+        _pass_turn,
+        _wait_turn,
+    )
 
 BLOCK_M = 128  # query rows per program: two consumer warpgroups of 64 (wgmma's M) by default
 WG_M = 64
 HEAD_DIMS = (64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-
-
-TURN_BARRIER_BASE = 8  # the first named barrier of the ping-pong turns (named_turn)
 
 
 def tile_config(head_dim: int) -> tuple[int, int]:
@@ -185,41 +190,6 @@ if HAVE_GLUON:
         mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
         tma.async_copy_global_to_shared(desc, [off_z, off_hk, j * BLOCK_N, 0],
                                         ready.index(slot), smem.index(slot))
-
-    @gluon.constexpr_function
-    def _named_barrier_asm(op, wg):
-        # barrier 8 + w is warpgroup w's turn: it waits there (bar.sync, its 128 threads) for
-        # the warpgroup before it to arrive (bar.arrive, 128 more); Triton's own barriers take
-        # the lower ids (the whole CTA's and each partition's)
-        from flashtext.kernels import gluon_forward as this
-        return f"bar.{op} {this.TURN_BARRIER_BASE + wg}, 256;\n\tmov.b32 $0, $1;"
-
-    @gluon.jit
-    def _named_barrier(op: gl.constexpr, wg: gl.constexpr):
-        """One bar.sync / bar.arrive per thread: an int32 tensor with one element a thread
-        carries the instruction (a warpgroup's 128 threads, 4 warps)."""
-        one_each: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-        token = gl.zeros([128], gl.int32, one_each)
-        gl.inline_asm_elementwise(_named_barrier_asm(op, wg), "=r,r", [token], dtype=gl.int32,
-                                  is_pure=False, pack=1)
-
-    @gluon.jit
-    def _wait_turn(turn, WG: gl.constexpr, t, PINGPONG: gl.constexpr):
-        """Ping-pong: wait until the warpgroup before this one has issued its GEMMs (the t-th
-        turn; with three consumers the turn goes round 0 -> 1 -> 2 -> 0). PINGPONG 1: on an
-        mbarrier (one thread arrives, after a warpgroup barrier Triton adds); 2: on a named
-        hardware barrier, as FlashAttention-3 does (every thread arrives, nothing added)."""
-        if PINGPONG == 1:
-            mbarrier.wait(turn.index(WG), t & 1)
-        elif PINGPONG == 2:
-            _named_barrier("sync", WG)
-
-    @gluon.jit
-    def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr, NUM_WG: gl.constexpr):
-        if PINGPONG == 1:
-            mbarrier.arrive(turn.index((WG + 1) % NUM_WG), count=1)
-        elif PINGPONG == 2:
-            _named_barrier("arrive", (WG + 1) % NUM_WG)
 
     @gluon.jit
     def _to_operand(p, dtype: gl.constexpr, PACK_P: gl.constexpr):
@@ -724,5 +694,6 @@ def compile_sm90(head_dim: int = 128, dtype: torch.dtype = torch.float16, causal
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 
 
-__all__ = ["HAVE_GLUON", "HEAD_DIMS", "compile_sm90", "exp2_asm", "gluon_forward",
-           "gluon_supported", "kernel_constants", "launch", "tile_config", "tile_plan"]
+__all__ = ["HAVE_GLUON", "HEAD_DIMS", "TURN_BARRIER_BASE", "compile_sm90", "exp2_asm",
+           "gluon_forward", "gluon_supported", "kernel_constants", "launch", "tile_config",
+           "tile_plan"]
