@@ -63,6 +63,10 @@ CITED: dict[str, Cited] = dict([
     _cited("gluon_backward_probe_h200", "13", True,
            "PYTHONPATH=. python scripts/probe_gluon_backward.py --variants --json "
            f"flashtext/data/gluon_backward_probe_h200.json {H200}"),
+    # the short forwards on three clocks (host, GPU alone, do_bench), per kernel and cuDNN
+    _cited("host_forward_h200", "13", True,
+           "python scripts/profile_host.py --forward-kernels --d 128 64 --n 512 1024 2048 "
+           f"--dtype fp16 bf16 --name host_forward_h200 {H200}"),
     _cited("bench_h200_models", "15", True,
            f"python -m flashtext.bench.models {H200}; a run its budget cuts short says which "
            "--modes to finish with --merge"),
