@@ -113,14 +113,16 @@ def test_auto_follows_the_rule_where_gluon_could_run(monkeypatch):
     exactly the cases the rule names to it, and "triton" never does."""
     calls = []
 
-    def fake_launch(q, k, v, causal, sm_scale, window=(-1, -1), persistent=False, consumers=2,
-                    open_left=False):
+    def fake_launch(q, k, v, causal, sm_scale, window=(-1, -1), checked=False, persistent=False,
+                    consumers=2, open_left=False):
+        assert checked  # the dispatch asked gluon_supported itself: the launch need not again
         calls.append((q.shape[-1], q.shape[2], causal, tuple(window), persistent, consumers,
                       open_left))
         return (torch.full(q.shape, 7.0, device=q.device),
                 torch.zeros(q.shape[:-1], device=q.device), None)
 
-    monkeypatch.setattr(gf, "gluon_supported", lambda *args: True)
+    checks = []
+    monkeypatch.setattr(gf, "gluon_supported", lambda *args: checks.append(args) or True)
     monkeypatch.setattr(gf, "launch", fake_launch)
     for d, n, causal, window in [(128, 64, False, (-1, -1)), (128, 64, True, (-1, -1)),
                                  (64, 64, False, (-1, -1)), (64, 64, True, (-1, -1)),
@@ -128,8 +130,10 @@ def test_auto_follows_the_rule_where_gluon_could_run(monkeypatch):
                                  (128, 64, False, (8, 8)), (256, 64, True, (-1, -1)),
                                  (256, 64, False, (-1, -1))]:
         calls.clear()
+        checks.clear()
         q = torch.randn(1, 1, n, d).to(DEVICE)
         o, _ = attention_forward(q, q, q, causal=causal, window_size=window)
+        assert len(checks) == 1  # one support check a call, whichever kernel runs
         wanted = dispatch.prefers_gluon(d, n, n, causal, window)
         persistent = dispatch.prefers_persistent(d, n, n, causal, window)
         three = dispatch.prefers_three_consumers(d, n, n, causal, window)
@@ -137,8 +141,39 @@ def test_auto_follows_the_rule_where_gluon_could_run(monkeypatch):
                          if wanted else []), (d, n, causal, window)
         assert bool((o == 7.0).all()) == wanted
         calls.clear()
+        checks.clear()
         attention_forward(q, q, q, causal=causal, window_size=window, forward_kernel="triton")
-        assert calls == []
+        assert calls == [] and checks == []
+        attention_forward(q, q, q, causal=causal, window_size=window, forward_kernel="gluon")
+        assert len(calls) == len(checks) == 1
+
+
+def test_inference_calls_skip_autograd(monkeypatch):
+    """Without a gradient to record, flash_attention calls the forward directly (an
+    autograd.Function's apply costs host time a short call is bound by); with one, through
+    autograd. The same code runs either way: the same bits."""
+    from flashtext.kernels import api
+
+    applied = []
+    real_apply = api._FlashAttention.apply
+    monkeypatch.setattr(api._FlashAttention, "apply",
+                        lambda *args: applied.append(1) or real_apply(*args))
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 33, 16, generator=g).to(DEVICE) for _ in range(3))
+    plain = flash_attention(q, k, v, causal=True)
+    assert applied == [] and plain.grad_fn is None
+    qg = q.clone().requires_grad_()
+    with torch.no_grad():
+        assert flash_attention(qg, k, v, causal=True).grad_fn is None and applied == []
+    graded = flash_attention(qg, k, v, causal=True)
+    assert applied == [1] and graded.grad_fn is not None
+    assert torch.equal(plain, graded.detach())
+    graded.sum().backward()
+    assert qg.grad is not None and qg.grad.shape == q.shape
+    with pytest.raises(ValueError, match="backward_kernel must be one of"):
+        flash_attention(q, k, v, backward_kernel="cuda")  # still checked without autograd
+    with pytest.raises(ValueError, match="deterministic must be True or False"):
+        flash_attention(q, k, v, deterministic=1)
 
 
 def test_forward_kernel_is_checked():

@@ -190,9 +190,14 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     docstring for what it accepts."""
     scale, window = _validate(q, k, v, causal, sm_scale, window_size)
     kernel = check_forward_kernel(forward_kernel)
-    return _FlashAttention.apply(q, k, v, causal, scale, window, kernel,
-                                 check_backward_kernel(backward_kernel),
-                                 _check_deterministic(deterministic))
+    backward_kernel = check_backward_kernel(backward_kernel)
+    deterministic = _check_deterministic(deterministic)
+    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        # inference: no graph to record, so no autograd.Function (its apply costs the host
+        # microseconds a short call is bound by)
+        return forward(q, k, v, causal, scale, window, kernel)[0]
+    return _FlashAttention.apply(q, k, v, causal, scale, window, kernel, backward_kernel,
+                                 deterministic)
 
 
 def _check_deterministic(deterministic) -> bool:

@@ -198,14 +198,19 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """(O, lse) from the kernel :func:`choose_forward` picks, or the one ``forward_kernel``
     names ("gluon" raises a ValueError on inputs it does not support)."""
-    kernel = choose_forward(q, k, v, causal, window) if forward_kernel == "auto" \
-        else forward_kernel
-    if kernel == "gluon" and not gluon_forward.gluon_supported(q, k, v, causal, window):
-        raise _unsupported("forward_kernel", "the Gluon forward", gluon_forward.HEAD_DIMS, q)
+    shape = (q.shape[-1], q.shape[2], k.shape[2], causal, window)
+    if forward_kernel == "triton":
+        kernel = "triton"
+    else:  # what choose_forward does, with the inputs checked once for the whole call
+        supported = gluon_forward.gluon_supported(q, k, v, causal, window)
+        if forward_kernel == "gluon" and not supported:
+            raise _unsupported("forward_kernel", "the Gluon forward", gluon_forward.HEAD_DIMS,
+                               q)
+        kernel = "gluon" if supported and (forward_kernel == "gluon"
+                                            or prefers_gluon(*shape)) else "triton"
     if kernel == "gluon":
-        shape = (q.shape[-1], q.shape[2], k.shape[2], causal, window)
         three = prefers_three_consumers(*shape)
-        o, lse, _ = gluon_forward.launch(q, k, v, causal, sm_scale, window,
+        o, lse, _ = gluon_forward.launch(q, k, v, causal, sm_scale, window, checked=True,
                                          persistent=prefers_persistent(*shape),
                                          consumers=3 if three else 2, open_left=three)
         return o, lse

@@ -650,9 +650,10 @@ def _window_bounds(causal: bool, window, n_q: int = 0, n_k: int = 0,
 
 
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
-           window=(-1, -1), **switches):
-    """Run the kernel; returns (O, lse, the compiled kernel) (its ``asm`` holds PTX/SASS)."""
-    if not gluon_supported(q, k, v, causal, window):
+           window=(-1, -1), *, checked: bool = False, **switches):
+    """Run the kernel; returns (O, lse, the compiled kernel) (its ``asm`` holds PTX/SASS).
+    ``checked``: the caller has just had :func:`gluon_supported` say yes to these inputs."""
+    if not checked and not gluon_supported(q, k, v, causal, window):
         raise ValueError("gluon_forward: inputs not supported (see gluon_supported): need "
                          "CUDA sm_90, fp16/bf16, head_dim in (64, 128, 256), TMA-compatible "
                          "strides, k/v heads dividing q heads, window of two ints >= -1")
