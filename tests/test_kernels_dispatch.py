@@ -405,14 +405,18 @@ def test_auto_backward_follows_the_rule_where_the_gluon_dkdv_could_run(monkeypat
             dq_accum.fill_(3.0)
 
     q, k, v, do = _stand_in_for_the_gluon_dkdv(monkeypatch, on_call, seed=3)
+    checks = []
+    monkeypatch.setattr(gb, "gluon_dkdv_supported", lambda *args: checks.append(args) or True)
     o, lse = attention_forward(q, k, v, causal=True)
     want = attention_backward(do, q, k, v, o, lse, causal=True, backward_kernel="triton")
-    assert calls == []
+    assert calls == [] and checks == []  # "triton": nothing to check
     for kernel, window in (("auto", (-1, -1)), ("gluon", (-1, -1)), ("gluon", (9, -1))):
         calls.clear()
+        checks.clear()
         dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal=True, window_size=window,
                                         backward_kernel=kernel)
         assert calls == [((1, 2, 40, 64), True, window, True, True)], kernel
+        assert len(checks) == 1, kernel  # the dispatch asks once (the stand-in launch never)
         assert bool((dq == 3.0).all()) and bool((dk == 7.0).all()) and bool((dv == 5.0).all())
     calls.clear()  # a window: each key seen by 10 queries at most -> Triton
     attention_backward(do, q, k, v, o, lse, causal=True, window_size=(9, -1))

@@ -227,11 +227,15 @@ def backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     The Gluon kernel computes dQ as well where :func:`prefers_fused_dq` holds (a tile late
     where :func:`prefers_deferred_dq` does), unless ``deterministic``: then dQ comes from
     Triton's dQ pass, and the same inputs give the same bits every run."""
-    kernel = choose_backward(q, k, v, causal, window) if backward_kernel == "auto" \
-        else backward_kernel
-    if kernel == "gluon" and not gluon_backward.gluon_dkdv_supported(q, k, v, causal, window):
-        raise _unsupported("backward_kernel", "the Gluon dK/dV kernel", gluon_backward.HEAD_DIMS,
-                           q)
+    if backward_kernel == "triton":
+        kernel = "triton"
+    else:  # what choose_backward does, with the inputs checked once here
+        supported = gluon_backward.gluon_dkdv_supported(q, k, v, causal, window)
+        if backward_kernel == "gluon" and not supported:
+            raise _unsupported("backward_kernel", "the Gluon dK/dV kernel",
+                               gluon_backward.HEAD_DIMS, q)
+        kernel = "gluon" if supported and (backward_kernel == "gluon" or prefers_gluon_backward(
+            q.shape[-1], q.shape[2], k.shape[2], causal, window)) else "triton"
     fuse_dq = kernel == "gluon" and not deterministic and \
         prefers_fused_dq(q.shape[-1], causal, window)
     defer_dq = fuse_dq and prefers_deferred_dq(q.shape[-1], causal, window)
