@@ -4,6 +4,7 @@ the figures, and the command line. Everything runs on the CPU in seconds (quick 
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -114,6 +115,77 @@ def test_cpu_timer_resets_gradients_and_counts_calls():
     assert t.timer == "perf_counter" and t.reps == len(calls) >= 1 and t.ms > 0
 
 
+class _FakeCuda:
+    """torch.cuda's clocks for host_and_gpu_ms on a CPU: a sleep and events that log, each
+    call of the timed function worth ``per_call_ms`` of GPU time between the events."""
+
+    def __init__(self, per_call_ms: float):
+        self.per_call_ms, self.log, self.calls = per_call_ms, [], 0
+
+    def call(self):
+        self.calls += 1
+        self.log.append("call")
+
+    def sleep(self, cycles):
+        self.log.append(("sleep", cycles))
+
+    def event(self, enable_timing=False):
+        fake = self
+
+        class Event:
+            def record(self):
+                self.calls_then = fake.calls
+                fake.log.append("record")
+
+            def elapsed_time(self, end):
+                return (end.calls_then - self.calls_then) * fake.per_call_ms
+        return Event()
+
+
+def test_host_and_gpu_clocks_queue_enough_calls_behind_a_long_enough_sleep(monkeypatch):
+    fake = _FakeCuda(per_call_ms=0.25)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "_sleep", fake.sleep)
+    monkeypatch.setattr(torch.cuda, "Event", fake.event)
+    x = torch.ones(3, requires_grad=True)
+
+    def fn():
+        assert x.grad is None  # reset before every call, as do_bench's grad_to_none does
+        fake.call()
+        time.sleep(0.001)  # ~1 ms of host work a call
+        (x * 2).sum().backward()
+
+    host_ms, gpu_ms = core.host_and_gpu_ms(fn, median_ms=3.0, grads=[x])
+    assert fake.calls == 2 * 10  # 30 ms of GPU time at 3 ms a call, host clock then GPU clock
+    assert gpu_ms == pytest.approx(0.25)  # the events' span over the calls between them
+    assert 1.0 <= host_ms < 20.0
+    (_, cycles), = [e for e in fake.log if isinstance(e, tuple)]
+    assert fake.log.index(("sleep", cycles)) < fake.log.index("record")  # sleep, then events
+    assert cycles >= 1.5 * 10 * 1e-3 * 2e9  # outlasts ten ~1 ms queueings at ~2 GHz
+    assert x.grad is None
+    # 5 calls at least, 50 at most
+    fake.calls = 0
+    core.host_and_gpu_ms(fake.call, median_ms=100.0)
+    assert fake.calls == 2 * 5
+    fake.calls = 0
+    core.host_and_gpu_ms(fake.call, median_ms=0.01)
+    assert fake.calls == 2 * 50
+
+
+def test_rows_the_host_set_are_named_per_provider():
+    cfg = core.Config("float16", 128, False, 512, 32, 16)
+    rows = [sweep._row(cfg, "ours", "fwd", "ok", ms=0.30, gpu_ms=0.13, tflops=1.0),
+            sweep._row(cfg, "cudnn", "fwd", "ok", ms=0.135, gpu_ms=0.13, tflops=1.0),
+            sweep._row(cfg, "ours", "fwd_bwd", "ok", ms=1.0, gpu_ms=0.9, tflops=1.0),
+            sweep._row(cfg, "flash", "fwd", "ok", ms=1.0, tflops=1.0)]  # no GPU clock
+    res = report.Results({}, rows)
+    assert report.host_set_rows(res) == [rows[0]]
+    text = report.host_set_text(res)
+    assert "1 of   2, up to 2.31x" in text and "0 of   1" in text and "FA2" not in text
+    assert "Rows the host set" in report.summary_text(res)
+    assert report.host_set_text(report.Results({}, rows[3:])) == ""  # a CPU run: nothing
+
+
 # ------------------------------------------------------------------------------ correctness
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -190,6 +262,7 @@ def test_sweep_rows_have_the_schema_and_pass_the_check(monkeypatch):
             continue
         assert r["status"] == "ok" and r["correct"] is True, r
         assert r["tflops"] == pytest.approx(core.tflops(r["flops"], r["ms"]))
+        assert ("gpu_ms" in r and "host_ms" in r) == ON_GPU  # the two clocks: GPU runs only
         names = {"o"} if r["mode"] == "fwd" else {"o", "dq", "dk", "dv"}
         assert set(r["max_error"]) == names
         assert max(r["max_error"].values()) < core.TOLERANCE["float16"] / 5

@@ -270,6 +270,41 @@ def time_call(fn: Callable[[], Any], *, warmup_ms: float, rep_ms: float,
     return summarize(times, "perf_counter")
 
 
+def host_and_gpu_ms(fn: Callable[[], Any], median_ms: float,
+                    grads: list[torch.Tensor] | None = None,
+                    window_ms: float = 30.0) -> tuple[float, float]:
+    """(host ms, GPU ms) per call of ``fn`` over enough back-to-back calls to fill about
+    ``window_ms`` of GPU time (5 to 50 calls; ``median_ms`` is do_bench's time of one).
+
+    The host clock times the calls being queued (Python and launches; nothing waits for the
+    GPU, whose queue holds far more than these calls). Then the same calls are queued behind a
+    sleeping kernel that outlasts their queueing, with CUDA events around them, so the GPU runs
+    them back to back: the kernels alone, without the host and without do_bench's L2 flush.
+    Where do_bench's time is well above the GPU's, the GPU waited for the host."""
+    calls = max(5, min(50, int(window_ms / max(median_ms, 1e-3))))
+
+    def queue() -> None:
+        for _ in range(calls):
+            for g in grads or ():
+                g.grad = None
+            fn()
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    queue()
+    host_s = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int(1.5 * host_s * 2e9) + 1_000_000)  # ~2 GHz: 1.5x the queueing
+    start.record()
+    queue()
+    end.record()
+    torch.cuda.synchronize()
+    for g in grads or ():
+        g.grad = None
+    return host_s * 1e3 / calls, start.elapsed_time(end) / calls
+
+
 def peak_memory(fn: Callable[[], Any], grads: list[torch.Tensor] | None = None) -> int:
     """Bytes allocated above what was live before one call of ``fn`` (CUDA caching allocator):
     everything the call creates, its output and gradients included."""

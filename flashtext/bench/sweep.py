@@ -27,6 +27,7 @@ from flashtext.bench.core import (
     Config,
     Settings,
     compare,
+    host_and_gpu_ms,
     peak_memory,
     reference_slices,
     summarize,
@@ -54,6 +55,11 @@ FIELDS = {
                  "configuration timed R times in rotated orders; ms and its quantiles pool "
                  "every call)",
     "first_call_s": "wall time of the first call (compilation, autotuning), not in ms",
+    "host_ms, gpu_ms": "GPU only: per call over 5-50 calls queued back to back, the host's "
+                       "time to queue them and the GPU's to run them (behind a sleeping "
+                       "kernel: the kernels alone, no L2 flush); ms well above gpu_ms means "
+                       "the GPU waited for the host",
+    "clocks_error": "why host_ms and gpu_ms are missing, where measuring them failed",
     "max_error": "max |x - ref| / max |ref| per output against float64 on the first and last "
                  "(batch, head); correct = every error <= tolerance",
     "peak_bytes, peak_bytes_per_token": "max_memory_allocated over one call minus what was "
@@ -196,6 +202,12 @@ def _measure_mode(p: Prepared, cfg: Config, mode: str, inputs, ref, s: Settings,
             extra["peak_bytes_per_token"] = extra["peak_bytes"] / (cfg.batch * cfg.n)
     except Exception as exc:  # noqa: BLE001
         return _row(cfg, provider, mode, *classify(exc), **extra)
+    if st.gpu:  # the same call on the host's clock and on the GPU's alone; never fatal
+        try:
+            host_ms, gpu_ms = host_and_gpu_ms(fn, timing.ms, grads)
+            extra.update(host_ms=round(host_ms, 4), gpu_ms=round(gpu_ms, 4))
+        except Exception as exc:  # noqa: BLE001
+            extra["clocks_error"] = classify(exc)[1]
     if timers is not None:  # more rounds to come: keep the call, and this round's times
         timers[provider, mode] = (p, fn, grads)
         extra["times"] = timing.times
