@@ -179,11 +179,10 @@ def test_rows_the_host_set_are_named_per_provider():
             sweep._row(cfg, "ours", "fwd_bwd", "ok", ms=1.0, gpu_ms=0.9, tflops=1.0),
             sweep._row(cfg, "flash", "fwd", "ok", ms=1.0, tflops=1.0)]  # no GPU clock
     res = report.Results({}, rows)
-    assert report.host_set_rows(res) == [rows[0]]
-    text = report.host_set_text(res)
+    assert consistency.host_set_rows(res) == [rows[0]]
+    text = consistency.host_set_text(res)
     assert "1 of   2, up to 2.31x" in text and "0 of   1" in text and "FA2" not in text
-    assert "Rows the host set" in report.summary_text(res)
-    assert report.host_set_text(report.Results({}, rows[3:])) == ""  # a CPU run: nothing
+    assert consistency.host_set_text(report.Results({}, rows[3:])) == ""  # a CPU run: nothing
 
 
 # ------------------------------------------------------------------------------ correctness

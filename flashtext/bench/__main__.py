@@ -19,7 +19,7 @@ from typing import Any
 
 import flashtext
 from flashtext import recorded
-from flashtext.bench import core, providers, report, sweep
+from flashtext.bench import consistency, core, providers, report, sweep
 
 ARTIFACTS = Path("artifacts")
 
@@ -250,6 +250,9 @@ def print_report(res: report.Results, markdown: bool, peers_from: str | None = N
               "only: the targets count peers measured side by side in one run.")
     print()
     print(report.summary_text(res))
+    host = consistency.host_set_text(res)
+    if host:
+        print("\n" + host)
     text = "" if res.is_anchor else report.anchor_comparison(res)
     if text:
         print()

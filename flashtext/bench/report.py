@@ -273,32 +273,6 @@ def _fmt(x: float | None, spec: str = ".0f") -> str:
     return format(x, ".2g" if spec == ".0f" and abs(x) < 10 else spec)
 
 
-HOST_SET = 1.15  # a row's time is the host's where do_bench's median is this far above gpu_ms
-
-
-def host_set_rows(res: Results, factor: float = HOST_SET) -> list[dict[str, Any]]:
-    """Timed rows whose do_bench median is more than ``factor`` times the GPU's own time per
-    call (``gpu_ms``, GPU runs only): there the GPU waited for the host between do_bench's
-    events, and the row times Python and the launches more than the kernels."""
-    return [r for r in res.ok() if r.get("gpu_ms") and r["ms"] > factor * r["gpu_ms"]]
-
-
-def host_set_text(res: Results, factor: float = HOST_SET) -> str:
-    """Per provider: how many of its rows the host set, and the largest do_bench / GPU."""
-    rows = host_set_rows(res, factor)
-    clocked = [r for r in res.ok() if r.get("gpu_ms")]
-    if not clocked:
-        return ""
-    lines = [f"Rows the host set (do_bench > {factor:g}x the GPU's own time per call):"]
-    for p in dict.fromkeys(r["provider"] for r in clocked):
-        mine = [r for r in rows if r["provider"] == p]
-        n_all = sum(r["provider"] == p for r in clocked)
-        worst = max((r["ms"] / r["gpu_ms"] for r in mine), default=None)
-        lines.append(f"  {LABELS.get(p, p):22s} {len(mine):3d} of {n_all:3d}"
-                     + (f", up to {worst:.2f}x" if worst else ""))
-    return "\n".join(lines)
-
-
 def summary_text(res: Results) -> str:
     """The end-of-run report: ratio tables against the targets, target verdicts, memory,
     correctness and failures. Compact enough to read at the end of a terminal log."""
@@ -344,10 +318,6 @@ def summary_text(res: Results) -> str:
             rng = next(g["n_range"] for g in growth if g["provider"] == p)
             lines.append(f"  {LABELS.get(p, p):22s} {min(gs):6.2f}x .. {max(gs):6.2f}x "
                          f"(N {rng[0]} -> {rng[1]})")
-    host = host_set_text(res)
-    if host:
-        lines.append("")
-        lines.append(host)
     lines.append("")
     wrong = [r for r in res.rows if r.get("correct") is False]
     for r in wrong[:20]:
