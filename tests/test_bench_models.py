@@ -154,3 +154,30 @@ def test_a_starved_run_says_how_to_finish_it(monkeypatch, tmp_path, capsys):
     out = capsys.readouterr().out
     assert ("INCOMPLETE: the time budget skipped rows of decode, gqa; finish with python -m "
             "flashtext.bench.models --modes decode gqa --merge --out m") in out
+
+
+def test_gpu_rows_carry_the_host_and_gpu_clocks_and_survive_their_failure(monkeypatch):
+    from flashtext.bench import core
+
+    timing = core.summarize([0.5, 0.5, 0.5], "do_bench")
+    monkeypatch.setattr(models, "time_call", lambda *a, **kw: timing)
+    clocks = iter([(0.2, 0.05), RuntimeError("no events")])
+
+    def fake_clocks(call, median_ms, grads):
+        assert median_ms == timing.ms  # sized from the do_bench time just measured
+        got = next(clocks)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    monkeypatch.setattr(models, "host_and_gpu_ms", fake_clocks)
+    run = models.Runner(TINY, budget_s=None)
+    run.gpu = True
+    first = run.measure({"mode": "decode", "provider": "ours"}, lambda: None, None, kv_bytes=1e6)
+    assert (first["host_ms"], first["gpu_ms"], first["status"]) == (0.2, 0.05, "ok")
+    second = run.measure({"mode": "decode", "provider": "ours"}, lambda: None, None, kv_bytes=1e6)
+    assert second["status"] == "ok" and second["ms"] == timing.ms  # the timing stands
+    assert "host_ms" not in second and "no events" in second["clocks_error"]
+    run.gpu = False  # the interpreter's rows: no clocks to ask for
+    third = run.measure({"mode": "decode", "provider": "ours"}, lambda: None, None, kv_bytes=1e6)
+    assert "host_ms" not in third and "clocks_error" not in third

@@ -11,7 +11,9 @@ a run the budget cut short says which modes to finish with ``--merge``.
 
 For each configuration every provider runs on the same seeded inputs, is checked against an
 fp32 PyTorch reference on a slice of the rows (scaled max error, as in the main sweep), and is
-timed with :func:`flashtext.bench.core.time_call` (median of ``triton.testing.do_bench``).
+timed with :func:`flashtext.bench.core.time_call` (median of ``triton.testing.do_bench``). On a
+GPU each row also records the host's time per call and the GPU's alone (``host_ms``,
+``gpu_ms``: :func:`flashtext.bench.core.host_and_gpu_ms`), so a row the host set says so.
 
 * **gqa**: ``flash_attention`` with H_kv in {H, H/4, H/8} K/V heads against SDPA's backends and
   FlexAttention with ``enable_gqa=True``; TFLOP/s = 4 B H N^2 d (x0.5 causal, x3.5 fwd+bwd).
@@ -42,7 +44,7 @@ from typing import Any
 import torch
 
 from flashtext import _boot, recorded
-from flashtext.bench.core import tflops, time_call
+from flashtext.bench.core import host_and_gpu_ms, tflops, time_call
 
 TOLERANCE = {"float16": 2e-2, "bfloat16": 6e-2, "float32": 1e-2}
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
@@ -157,6 +159,12 @@ class Runner:
                 row.update(flops=flops, tflops=tflops(flops, t.ms))
             if kv_bytes is not None:
                 row.update(kv_bytes=kv_bytes, gbps=kv_bytes / t.ms / 1e6)
+            if self.gpu:  # the host's clock and the GPU's alone, as the main sweep records them
+                try:
+                    host_ms, gpu_ms = host_and_gpu_ms(call, t.ms, grads)
+                    row.update(host_ms=round(host_ms, 4), gpu_ms=round(gpu_ms, 4))
+                except Exception as exc:  # noqa: BLE001  (the timing above stands without them)
+                    row["clocks_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         except Exception as exc:  # unsupported backend, OOM, compile failure: data, not a crash
             row.update(status="error", reason=f"{type(exc).__name__}: {str(exc)[:200]}")
             if self.gpu:
