@@ -20,7 +20,7 @@ from flashtext.bench.providers import PROVIDERS
 # The book's recorded full sweep of its current kernel version on the H200. `make bench` writes
 # bench_h200.json; each kernel version's sweep is kept under its own name (bench_h200_v0, _v1,
 # _v2, ...; BENCHMARKS.md has one entry per version), and this names the newest.
-RECORDED_NAME = "bench_h200_v10"
+RECORDED_NAME = "bench_h200_v11"
 ANCHORS_NAME = "h200_peers_fp16"  # peers measured on one H200, fp16 (its provenance inside)
 PEERS = ("cudnn", "flash", "flex")
 LABELS = {**{name: p.label for name, p in PROVIDERS.items()},
