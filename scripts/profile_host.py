@@ -18,6 +18,13 @@ clocks each: the host's (median of single calls), the GPU's (the calls back to b
 sleeping kernel) and ``triton.testing.do_bench``'s with its L2 flush, as the sweep times a row.
 Where the host takes longer than the flush and the kernel together, the GPU waits for the host
 between the benchmark's two events, and do_bench's time is the host's, not the kernel's.
+
+``--decode``: batch-1 decode steps (32 query heads over 8 K/V heads, d = 128, fp16) over each
+``--n`` keys, dense and paged (256-token blocks) caches, ``--rounds`` times: do_bench's time, the
+host's and the GPU's alone per step (:func:`flashtext.bench.core.host_and_gpu_ms`).
+``--cprofile N`` adds the N most expensive functions (own time) of 2000 dense steps at the
+first ``--n``. Run it with another flashtext tree first on ``PYTHONPATH`` to time that tree's
+decode; the recording then goes to that tree's ``flashtext/data``.
 """
 
 from __future__ import annotations
@@ -265,6 +272,77 @@ def host_profile(call, top: int) -> str:
     return out.getvalue()
 
 
+def decode_clocks(n: int, rounds: int) -> list[dict]:
+    """Batch-1 decode steps over ``n`` keys, dense and paged: do_bench, host and GPU µs a step."""
+    import torch
+    import triton
+
+    from flashtext.bench.core import host_and_gpu_ms
+    from flashtext.bench.models import _paged
+    from flashtext.kernels import flash_decode
+
+    torch.manual_seed(0)
+    q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(1, 8, n, 128, device="cuda", dtype=torch.float16) for _ in range(2))
+    lengths = torch.full((1,), n, dtype=torch.int32, device="cuda")
+    k_paged, v_paged, table = _paged(k, v, 256)
+    steps = {"dense": lambda: flash_decode(q, k, v, lengths, check_inputs=False),
+             "paged_256": lambda: flash_decode(q, k_paged, v_paged, lengths, block_table=table,
+                                               check_inputs=False)}
+    for step in steps.values():
+        for _ in range(20):
+            step()
+    torch.cuda.synchronize()
+    rows = []
+    for r in range(rounds):
+        for cache, step in steps.items():
+            do_bench_ms = triton.testing.do_bench(step, rep=100)
+            host_ms, gpu_ms = host_and_gpu_ms(step, do_bench_ms)
+            rows.append({"n": n, "cache": cache, "round": r, "do_bench_us": do_bench_ms * 1e3,
+                         "host_us": host_ms * 1e3, "gpu_us": gpu_ms * 1e3})
+    return rows
+
+
+def main_decode(args) -> None:
+    import torch
+
+    import flashtext
+    from flashtext.kernels import flash_decode
+
+    rows = []
+    for n in args.n:
+        rows += decode_clocks(n, args.rounds)
+        print(f"decode, batch 1, {n} keys, do_bench / host / GPU us per step: " + " | ".join(
+            f"{r['cache']} {r['do_bench_us']:.0f} / {r['host_us']:.0f} / {r['gpu_us']:.0f}"
+            for r in rows if r["n"] == n), flush=True)
+    profile = None
+    if args.cprofile:
+        q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.float16)
+        k, v = (torch.randn(1, 8, args.n[0], 128, device="cuda", dtype=torch.float16)
+                for _ in range(2))
+        lengths = torch.full((1,), args.n[0], dtype=torch.int32, device="cuda")
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(2000):
+            flash_decode(q, k, v, lengths, check_inputs=False)
+        prof.disable()
+        torch.cuda.synchronize()
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.cprofile)
+        profile = out.getvalue()
+        print(profile)
+    if args.name:
+        from flashtext import recorded
+
+        print("saved", recorded.save(args.name, {
+            "kind": "host_vs_gpu_decode", "argv": sys.argv[1:], "flashtext": flashtext.__file__,
+            "what": "batch-1 decode steps, 32 query heads over 8 K/V heads, d = 128, fp16, "
+                    "dense and paged-256 caches: do_bench_us = triton.testing.do_bench median "
+                    "(rep 100 ms, L2 flushed before each call); host_us, gpu_us = "
+                    "flashtext.bench.core.host_and_gpu_ms per step",
+            "cprofile": profile, "rows": rows}, measured=("flashtext.kernels.decode",)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, nargs="+", default=[128])
@@ -282,11 +360,17 @@ def main() -> None:
     ap.add_argument("--forward-kernels", action="store_true",
                     help="instead: the forward through each kernel and cuDNN, host / GPU / "
                          "do_bench time per call (every --d, --n, --dtype, both masks)")
+    ap.add_argument("--decode", action="store_true",
+                    help="instead: batch-1 decode steps over every --n, dense and paged, "
+                         "do_bench / host / GPU time per step, --rounds times")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--name", default=None,
                     help="save the rows as flashtext/data/NAME.json (e.g. host_h200)")
     args = ap.parse_args()
     if args.forward_kernels:
         return main_forward_kernels(args)
+    if args.decode:
+        return main_decode(args)
     dtype = DTYPES[args.dtype[0]]
     rows = []
     for variant in args.variants:
