@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from flashtext.bench import models
+from flashtext.bench import core, models
 
 TINY = models.Plan(gqa=((1, 2, 1, 32),), window=((1, 64, 8),), varlen=(1, 60, 8, 30),
                    decode=((1, 48),), decode_heads=(2, 1), d=16, dtype="float32",
@@ -50,7 +50,7 @@ def _slow_mode(monkeypatch, calls: int, seconds: float) -> None:
     monkeypatch.setattr(models, "time_call", lambda *a, **kw: SimpleNamespace(
         ms=1.0, ms_q20=1.0, ms_q80=1.0, reps=1, timer="fake"))
     # on a GPU each row also reads the host and GPU clocks, calling the call again: not here
-    monkeypatch.setattr(models, "host_and_gpu_ms", lambda *a, **kw: (1.0, 1.0))
+    monkeypatch.setattr(core, "host_and_gpu_ms", lambda *a, **kw: (1.0, 1.0))
 
     def slow(runner, providers):
         for i in range(calls):
@@ -159,8 +159,6 @@ def test_a_starved_run_says_how_to_finish_it(monkeypatch, tmp_path, capsys):
 
 
 def test_gpu_rows_carry_the_host_and_gpu_clocks_and_survive_their_failure(monkeypatch):
-    from flashtext.bench import core
-
     timing = core.summarize([0.5, 0.5, 0.5], "do_bench")
     monkeypatch.setattr(models, "time_call", lambda *a, **kw: timing)
     clocks = iter([(0.2, 0.05), RuntimeError("no events")])
@@ -172,7 +170,7 @@ def test_gpu_rows_carry_the_host_and_gpu_clocks_and_survive_their_failure(monkey
             raise got
         return got
 
-    monkeypatch.setattr(models, "host_and_gpu_ms", fake_clocks)
+    monkeypatch.setattr(core, "host_and_gpu_ms", fake_clocks)
     run = models.Runner(TINY, budget_s=None)
     run.gpu = True
     first = run.measure({"mode": "decode", "provider": "ours"}, lambda: None, None, kv_bytes=1e6)

@@ -305,6 +305,18 @@ def host_and_gpu_ms(fn: Callable[[], Any], median_ms: float,
     return host_s * 1e3 / calls, start.elapsed_time(end) / calls
 
 
+def clock_fields(fn: Callable[[], Any], median_ms: float,
+                 grads: list[torch.Tensor] | None = None) -> dict[str, Any]:
+    """A GPU row's ``host_ms`` and ``gpu_ms`` (:func:`host_and_gpu_ms`), or ``clocks_error``
+    saying why they could not be measured: never fatal, the row's timing stands without them."""
+    try:
+        host_ms, gpu_ms = host_and_gpu_ms(fn, median_ms, grads)
+    except Exception as exc:  # noqa: BLE001
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return {"clocks_error": f"{type(exc).__name__}: {first}"}
+    return {"host_ms": round(host_ms, 4), "gpu_ms": round(gpu_ms, 4)}
+
+
 def peak_memory(fn: Callable[[], Any], grads: list[torch.Tensor] | None = None) -> int:
     """Bytes allocated above what was live before one call of ``fn`` (CUDA caching allocator):
     everything the call creates, its output and gradients included."""

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from flashtext import _boot, recorded
-from flashtext.bench.core import host_and_gpu_ms, tflops, time_call
+from flashtext.bench.core import clock_fields, tflops, time_call
 
 TOLERANCE = {"float16": 2e-2, "bfloat16": 6e-2, "float32": 1e-2}
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
@@ -160,11 +160,7 @@ class Runner:
             if kv_bytes is not None:
                 row.update(kv_bytes=kv_bytes, gbps=kv_bytes / t.ms / 1e6)
             if self.gpu:  # the host's clock and the GPU's alone, as the main sweep records them
-                try:
-                    host_ms, gpu_ms = host_and_gpu_ms(call, t.ms, grads)
-                    row.update(host_ms=round(host_ms, 4), gpu_ms=round(gpu_ms, 4))
-                except Exception as exc:  # noqa: BLE001  (the timing above stands without them)
-                    row["clocks_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                row.update(clock_fields(call, t.ms, grads))
         except Exception as exc:  # unsupported backend, OOM, compile failure: data, not a crash
             row.update(status="error", reason=f"{type(exc).__name__}: {str(exc)[:200]}")
             if self.gpu:

@@ -26,8 +26,8 @@ from flashtext.bench.core import (
     TOLERANCE,
     Config,
     Settings,
+    clock_fields,
     compare,
-    host_and_gpu_ms,
     peak_memory,
     reference_slices,
     summarize,
@@ -203,11 +203,7 @@ def _measure_mode(p: Prepared, cfg: Config, mode: str, inputs, ref, s: Settings,
     except Exception as exc:  # noqa: BLE001
         return _row(cfg, provider, mode, *classify(exc), **extra)
     if st.gpu:  # the same call on the host's clock and on the GPU's alone; never fatal
-        try:
-            host_ms, gpu_ms = host_and_gpu_ms(fn, timing.ms, grads)
-            extra.update(host_ms=round(host_ms, 4), gpu_ms=round(gpu_ms, 4))
-        except Exception as exc:  # noqa: BLE001
-            extra["clocks_error"] = classify(exc)[1]
+        extra.update(clock_fields(fn, timing.ms, grads))
     if timers is not None:  # more rounds to come: keep the call, and this round's times
         timers[provider, mode] = (p, fn, grads)
         extra["times"] = timing.times
