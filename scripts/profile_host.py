@@ -255,7 +255,8 @@ def host_pieces(d: int = 128, n: int = 512, causal: bool = True, calls: int = 15
                         for name, fn in pieces.items()}}
 
 
-def host_profile(call, top: int) -> str:
+def host_profile(call, top: int, calls: int = 20, sort: str = "cumulative") -> str:
+    """cProfile of ``calls`` calls (after 5 warm-up calls): the ``top`` functions by ``sort``."""
     import torch
 
     for _ in range(5):
@@ -263,21 +264,19 @@ def host_profile(call, top: int) -> str:
     torch.cuda.synchronize()
     prof = cProfile.Profile()
     prof.enable()
-    for _ in range(20):
+    for _ in range(calls):
         call()
     prof.disable()
     torch.cuda.synchronize()
     out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(top)
+    pstats.Stats(prof, stream=out).sort_stats(sort).print_stats(top)
     return out.getvalue()
 
 
-def decode_clocks(n: int, rounds: int) -> list[dict]:
-    """Batch-1 decode steps over ``n`` keys, dense and paged: do_bench, host and GPU µs a step."""
+def decode_steps(n: int) -> dict:
+    """One batch-1 decode step over ``n`` keys on a dense and on a paged (256-token) cache."""
     import torch
-    import triton
 
-    from flashtext.bench.core import host_and_gpu_ms
     from flashtext.bench.models import _paged
     from flashtext.kernels import flash_decode
 
@@ -286,9 +285,18 @@ def decode_clocks(n: int, rounds: int) -> list[dict]:
     k, v = (torch.randn(1, 8, n, 128, device="cuda", dtype=torch.float16) for _ in range(2))
     lengths = torch.full((1,), n, dtype=torch.int32, device="cuda")
     k_paged, v_paged, table = _paged(k, v, 256)
-    steps = {"dense": lambda: flash_decode(q, k, v, lengths, check_inputs=False),
-             "paged_256": lambda: flash_decode(q, k_paged, v_paged, lengths, block_table=table,
-                                               check_inputs=False)}
+    return {"dense": lambda: flash_decode(q, k, v, lengths, check_inputs=False),
+            "paged_256": lambda: flash_decode(q, k_paged, v_paged, lengths, block_table=table,
+                                              check_inputs=False)}
+
+
+def decode_clocks(steps: dict, n: int, rounds: int) -> list[dict]:
+    """do_bench, host and GPU µs of each of ``steps`` (over ``n`` keys), ``rounds`` times."""
+    import torch
+    import triton
+
+    from flashtext.bench.core import host_and_gpu_ms
+
     for step in steps.values():
         for _ in range(20):
             step()
@@ -304,43 +312,30 @@ def decode_clocks(n: int, rounds: int) -> list[dict]:
 
 
 def main_decode(args) -> None:
-    import torch
-
-    import flashtext
-    from flashtext.kernels import flash_decode
-
-    rows = []
+    rows, profile = [], None
     for n in args.n:
-        rows += decode_clocks(n, args.rounds)
+        steps = decode_steps(n)
+        rows += decode_clocks(steps, n, args.rounds)
         print(f"decode, batch 1, {n} keys, do_bench / host / GPU us per step: " + " | ".join(
             f"{r['cache']} {r['do_bench_us']:.0f} / {r['host_us']:.0f} / {r['gpu_us']:.0f}"
             for r in rows if r["n"] == n), flush=True)
-    profile = None
-    if args.cprofile:
-        q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.float16)
-        k, v = (torch.randn(1, 8, args.n[0], 128, device="cuda", dtype=torch.float16)
-                for _ in range(2))
-        lengths = torch.full((1,), args.n[0], dtype=torch.int32, device="cuda")
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(2000):
-            flash_decode(q, k, v, lengths, check_inputs=False)
-        prof.disable()
-        torch.cuda.synchronize()
-        out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.cprofile)
-        profile = out.getvalue()
-        print(profile)
-    if args.name:
+        if args.cprofile and profile is None:  # the first length's dense step
+            profile = host_profile(steps["dense"], args.cprofile, calls=2000, sort="tottime")
+            print(profile)
+    _save(args.name, "host_vs_gpu_decode",
+          "batch-1 decode steps, 32 query heads over 8 K/V heads, d = 128, fp16, dense and "
+          "paged-256 caches: do_bench_us = triton.testing.do_bench median (rep 100 ms, L2 "
+          "flushed before each call); host_us, gpu_us = flashtext.bench.core.host_and_gpu_ms "
+          "per step", {"cprofile": profile, "rows": rows}, ("flashtext.kernels.decode",))
+
+
+def _save(name: str | None, kind: str, what: str, payload: dict, measured: tuple = ()) -> None:
+    """The run as ``flashtext/data/<name>.json`` (:func:`flashtext.recorded.save`), if named."""
+    if name:
         from flashtext import recorded
 
-        print("saved", recorded.save(args.name, {
-            "kind": "host_vs_gpu_decode", "argv": sys.argv[1:], "flashtext": flashtext.__file__,
-            "what": "batch-1 decode steps, 32 query heads over 8 K/V heads, d = 128, fp16, "
-                    "dense and paged-256 caches: do_bench_us = triton.testing.do_bench median "
-                    "(rep 100 ms, L2 flushed before each call); host_us, gpu_us = "
-                    "flashtext.bench.core.host_and_gpu_ms per step",
-            "cprofile": profile, "rows": rows}, measured=("flashtext.kernels.decode",)))
+        print("saved", recorded.save(name, {"kind": kind, "argv": sys.argv[1:], "what": what,
+                                            **payload}, measured=measured))
 
 
 def main() -> None:
@@ -403,14 +398,11 @@ def main() -> None:
         print(f"one forward launch (d=128, N=512, causal): Triton's JIT entry "
               f"{launch['jit_launch_us']} us, the compiled kernel's launcher "
               f"{launch['compiled_launch_us']} us of host time")
-    if args.name:
-        from flashtext import recorded
-
-        print("saved", recorded.save(args.name, {
-            "kind": "host_vs_gpu", "argv": sys.argv[1:], "calls": args.calls,
-            "what": "host ms = Python + launch time per call, enqueued back to back; GPU ms = "
-                    "the same calls queued behind a sleeping kernel (kernels alone)",
-            "launch": launch, "pieces": pieces, "cprofile": profile, "rows": rows}))
+    _save(args.name, "host_vs_gpu",
+          "host ms = Python + launch time per call, enqueued back to back; GPU ms = the same "
+          "calls queued behind a sleeping kernel (kernels alone)",
+          {"calls": args.calls, "launch": launch, "pieces": pieces, "cprofile": profile,
+           "rows": rows})
 
 
 def main_forward_kernels(args) -> None:
@@ -424,16 +416,12 @@ def main_forward_kernels(args) -> None:
                     print(f"{dtype} d={d} N={n:5} causal={causal!s:5} host / GPU / do_bench us: "
                           + " | ".join(f"{r['kernel']} {r['host_us']:.0f} / {r['gpu_us']:.0f}"
                                        f" / {r['do_bench_us']:.0f}" for r in got), flush=True)
-    if args.name:
-        from flashtext import recorded
-
-        print("saved", recorded.save(args.name, {
-            "kind": "host_vs_gpu_forward", "argv": sys.argv[1:], "calls": args.calls,
-            "what": "forward alone, per kernel: host_us = median of single calls (Python + "
-                    "launch), gpu_us = the calls back to back behind a sleeping kernel, "
-                    "do_bench_us = triton.testing.do_bench median (L2 flushed before each "
-                    "call), as the sweep times a row; ours = flash_attention's own choice",
-            "rows": rows}, measured=("flashtext.kernels.api",)))
+    _save(args.name, "host_vs_gpu_forward",
+          "forward alone, per kernel: host_us = median of single calls (Python + launch), "
+          "gpu_us = the calls back to back behind a sleeping kernel, do_bench_us = "
+          "triton.testing.do_bench median (L2 flushed before each call), as the sweep times a "
+          "row; ours = flash_attention's own choice",
+          {"calls": args.calls, "rows": rows}, ("flashtext.kernels.api",))
 
 
 if __name__ == "__main__":
